@@ -1,0 +1,84 @@
+"""The seam between the tunnel client and whatever runs agents.
+
+The tunnel client (``runners.client.tunnel``) owns the WebSocket: it acknowledges
+commands, numbers and buffers events, and resends them after a reconnect. It hands
+every session command to a :class:`SessionExecutor` and gives the executor an
+:class:`EventSink` to report what happens. Keeping this seam small lets the agent
+loop be tested without a socket and the tunnel be tested without an LLM.
+
+This module imports no Django: the runner runs on machines without the server.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+
+class CommandRejected(Exception):
+    """Raised by an executor to ``nack`` a command with a code and a message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class EventSink(Protocol):
+    """Where an executor reports session events (``event.type`` payloads of tunnel.md).
+
+    ``emit`` numbers the event with the session's next ``seq``, keeps it until the
+    server acknowledges it, and sends it when the tunnel is up. It never blocks on
+    the network, so an executor may call it from its turn task at any time.
+    """
+
+    def emit(self, session_id: str, event: dict[str, Any]) -> None: ...
+
+
+class SessionExecutor(Protocol):
+    """Runs the sessions a runner is asked to run.
+
+    Every method is called from the tunnel client's event loop and must return
+    quickly: accepting a command (so the tunnel can ``ack`` it) is separate from
+    doing the work, which runs in tasks the executor owns. Raise
+    :class:`CommandRejected` to ``nack`` a command.
+    """
+
+    def bind(self, sink: EventSink) -> None:
+        """Called once, before any other method, with the sink for events."""
+
+    def open_session_ids(self) -> list[str]:
+        """Sessions whose state (agent and history) this executor holds."""
+
+    async def open_session(
+        self, *, session_id: str, agent: dict[str, Any], history: list[dict[str, Any]]
+    ) -> None:
+        """``session.open``: load the agent (``{"id", "version", "bundle_b64"}``) and history."""
+
+    async def start_turn(
+        self,
+        *,
+        session_id: str,
+        response_id: str,
+        input: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+    ) -> None:
+        """``turn.start``: start the turn, or queue it behind the running one.
+
+        A ``response_id`` the executor already runs or has finished is accepted and
+        ignored, so a re-sent ``turn.start`` never runs a turn twice.
+        """
+
+    async def tool_result(self, *, session_id: str, call_id: str, output: str) -> None:
+        """``tool_result``: resume the turn parked on ``call_id`` (unknown ids are ignored)."""
+
+    async def interrupt(self, *, session_id: str) -> None:
+        """``turn.interrupt``: cancel the running turn, which ends ``cancelled``."""
+
+    async def close_session(self, *, session_id: str) -> None:
+        """``session.close``: cancel anything running and drop the session's state."""
+
+    async def rpc(self, *, method: str, params: dict[str, Any]) -> Any:
+        """``rpc``: answer a request; raise :class:`CommandRejected` for errors."""
+
+    async def shutdown(self) -> None:
+        """Cancel every task; called once when the runner stops."""
