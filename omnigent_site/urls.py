@@ -1,0 +1,24 @@
+from django.contrib import admin
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from .errors import not_found_view
+from .health import health
+
+urlpatterns = [
+    path("health", health, name="health"),
+    path("admin/", admin.site.urls),
+    path("api-auth/", include("rest_framework.urls")),
+    path("v1/schema", SpectacularAPIView.as_view(), name="schema"),
+    path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("v1/", include("sessions.urls")),
+    path("v1/", include("runners.urls")),
+    path("v1/", include("workspaces.urls")),
+    # Unknown API routes answer in the error format even with DEBUG on.
+    re_path(r"^v1/", not_found_view),
+]
+
+handler400 = "omnigent_site.errors.bad_request_view"
+handler403 = "omnigent_site.errors.permission_denied_view"
+handler404 = "omnigent_site.errors.not_found_view"
+handler500 = "omnigent_site.errors.server_error_view"

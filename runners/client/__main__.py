@@ -1,0 +1,99 @@
+"""``python -m runners.client``: the runner program's entry point.
+
+Reads the configuration, builds the agent executor, and keeps the tunnel up until a
+signal, the parent process's exit, or a fatal refusal from the server. Configuration
+problems exit with code 2 before anything is dialled; nothing printed or logged here
+ever contains the binding token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from runners.client import PROTOCOL_VERSION, RUNNER_VERSION
+from runners.client.config import ConfigError, RunnerConfig, load_config
+from runners.client.executor import SessionExecutor
+from runners.client.tunnel import EXIT_FATAL, RunnerTunnel
+
+logger = logging.getLogger("runners.client")
+
+_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def build_executor(config: RunnerConfig) -> SessionExecutor:
+    """The agent executor, imported here so a config error never pays for (or trips on) it."""
+    from runners.client.agent import AgentExecutor
+
+    return AgentExecutor(workspace=config.workspace, isolate_sessions=config.isolate_session)
+
+
+def detect_vcs(workspace: Path) -> str:
+    """``"git"`` if the workspace or one of its ancestors holds ``.git``, else ``"none"``."""
+    for directory in (workspace, *workspace.parents):
+        if (directory / ".git").exists():
+            return "git"
+    return "none"
+
+
+def _install_signal_handlers(loop: asyncio.AbstractEventLoop, tunnel: RunnerTunnel) -> None:
+    """Turn SIGTERM/SIGINT into a clean stop (close 1000, executor shutdown, exit 0)."""
+    pending: set[asyncio.Task[None]] = set()
+
+    def on_signal(signum: int) -> None:
+        logger.info("received %s; stopping", signal.Signals(signum).name)
+        task = loop.create_task(tunnel.stop())
+        pending.add(task)  # keep a reference until it finishes
+        task.add_done_callback(pending.discard)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            loop.add_signal_handler(signum, on_signal, signum)
+        except (NotImplementedError, RuntimeError):  # e.g. not the main thread
+            logger.debug("cannot install a handler for %s", signum)
+
+
+async def _serve(config: RunnerConfig) -> int:
+    # Built inside the loop, so the executor may create tasks or loop-bound objects.
+    executor = build_executor(config)
+    tunnel = RunnerTunnel(
+        config,
+        executor,
+        workspace_info={"root": str(config.workspace), "vcs": detect_vcs(config.workspace)},
+        capabilities={"isolate_sessions": config.isolate_session},
+    )
+    _install_signal_handlers(asyncio.get_running_loop(), tunnel)
+    return await tunnel.run()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the runner; return the process exit code."""
+    logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT, stream=sys.stderr)
+    try:
+        config = load_config(list(argv) if argv is not None else None, os.environ)
+    except ConfigError as exc:
+        print(f"runner: configuration error: {exc}", file=sys.stderr)
+        return EXIT_FATAL
+    logging.getLogger().setLevel(config.log_level)
+
+    logger.info(
+        "runner %s (version %s, protocol %d) for server %s, workspace %s",
+        config.runner_id,
+        RUNNER_VERSION,
+        PROTOCOL_VERSION,
+        config.server_url,
+        config.workspace,
+    )
+    try:
+        return asyncio.run(_serve(config))
+    except KeyboardInterrupt:  # a second Ctrl-C before the handlers were installed
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

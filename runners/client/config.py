@@ -1,0 +1,181 @@
+"""The runner program's configuration: environment variables, overridden by flags.
+
+The variable names are Omnigent's launch recipe (tunnel.md, Identity), so a runner can be
+started by the same supervisor either way. Everything is validated here, before any
+network activity, so a misconfigured runner fails at once with a message that says what
+to fix. The binding token is a secret: it never appears in an error message or a repr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NoReturn
+from urllib.parse import urlsplit, urlunsplit
+
+from runners.identity import derive_runner_id
+
+DEFAULT_SERVER_URL = "http://127.0.0.1:8000"
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_TRUE_VALUES = frozenset({"1", "true", "yes", "on"})
+_WS_SCHEMES = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
+
+ENV_SERVER_URL = "RUNNER_SERVER_URL"
+ENV_TOKEN = "OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN"
+ENV_RUNNER_ID = "OMNIGENT_RUNNER_ID"
+ENV_WORKSPACE = "OMNIGENT_RUNNER_WORKSPACE"
+ENV_PARENT_PID = "OMNIGENT_RUNNER_PARENT_PID"
+ENV_ISOLATE = "OMNIGENT_RUNNER_ISOLATE_SESSION"
+ENV_LOG_LEVEL = "OMNIGENT_RUNNER_LOG_LEVEL"
+
+
+class ConfigError(Exception):
+    """The configuration is unusable; the message is safe to print (no token)."""
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """Validated settings for one runner process."""
+
+    server_url: str
+    token: str = field(repr=False)
+    runner_id: str
+    workspace: Path
+    parent_pid: int | None = None
+    isolate_session: bool = False
+    log_level: str = "INFO"
+
+    @property
+    def tunnel_url(self) -> str:
+        """``ws(s)://host[:port]/<base path>/v1/runners/{runner_id}/tunnel``.
+
+        The base path is kept so a server mounted under a prefix behind a proxy works.
+        """
+        parts = urlsplit(self.server_url)
+        path = parts.path.rstrip("/") + f"/v1/runners/{self.runner_id}/tunnel"
+        return urlunsplit((_WS_SCHEMES[parts.scheme], parts.netloc, path, "", ""))
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser that raises :class:`ConfigError` instead of exiting.
+
+    ``main`` turns every configuration problem into the same exit code and message
+    format, whether it came from a flag or from the environment.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        raise ConfigError(message)
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="python -m runners.client",
+        description="Dial the server's runner tunnel and run agent sessions in a workspace.",
+    )
+    parser.add_argument("--server-url", help=f"server base URL (env {ENV_SERVER_URL})")
+    parser.add_argument("--token", help=f"tunnel binding token (env {ENV_TOKEN})")
+    parser.add_argument("--runner-id", help=f"expected runner id (env {ENV_RUNNER_ID})")
+    parser.add_argument("--workspace", help=f"workspace root (env {ENV_WORKSPACE})")
+    parser.add_argument("--parent-pid", help=f"exit when this process exits (env {ENV_PARENT_PID})")
+    parser.add_argument(
+        "--isolate-session",
+        action="store_true",
+        default=None,
+        help=f"give each session its own workspace copy (env {ENV_ISOLATE}=1)",
+    )
+    parser.add_argument(
+        "--log-level",
+        type=str.upper,
+        choices=_LOG_LEVELS,
+        help=f"logging level (env {ENV_LOG_LEVEL}, default INFO)",
+    )
+    return parser
+
+
+def _pick(flag: str | None, env: Mapping[str, str], name: str) -> str | None:
+    """The flag if given, else the environment variable; empty strings count as unset."""
+    if flag is not None and flag.strip():
+        return flag.strip()
+    value = env.get(name, "")
+    return value.strip() or None
+
+
+def _validate_server_url(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in _WS_SCHEMES or not parts.netloc:
+        raise ConfigError(
+            f"{ENV_SERVER_URL} must be an http(s) URL such as {DEFAULT_SERVER_URL}, got {url!r}"
+        )
+    if parts.query or parts.fragment:
+        raise ConfigError(f"{ENV_SERVER_URL} must not have a query or fragment, got {url!r}")
+    return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+def _validate_token(token: str | None) -> str:
+    if not token:
+        raise ConfigError(f"a tunnel binding token is required: set {ENV_TOKEN} or pass --token")
+    if not token.isprintable() or any(ch.isspace() for ch in token):
+        # It travels in an HTTP header, so it cannot hold whitespace or control characters.
+        raise ConfigError(f"{ENV_TOKEN} contains whitespace or control characters")
+    return token
+
+
+def _parse_parent_pid(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    try:
+        pid = int(raw)
+    except ValueError:
+        raise ConfigError(f"{ENV_PARENT_PID} must be a process id, got {raw!r}") from None
+    if pid <= 0:
+        raise ConfigError(f"{ENV_PARENT_PID} must be a positive process id, got {pid}")
+    return pid
+
+
+def load_config(argv: list[str] | None, env: Mapping[str, str]) -> RunnerConfig:
+    """Build the configuration from ``argv`` (flags win) and ``env``.
+
+    Raises :class:`ConfigError` for anything unusable, so the runner never dials the
+    server with settings that can only fail there.
+    """
+    args = _build_parser().parse_args(argv)
+
+    server_url = _validate_server_url(
+        _pick(args.server_url, env, ENV_SERVER_URL) or DEFAULT_SERVER_URL
+    )
+    token = _validate_token(_pick(args.token, env, ENV_TOKEN))
+    runner_id = derive_runner_id(token)
+    expected_id = _pick(args.runner_id, env, ENV_RUNNER_ID)
+    if expected_id is not None and expected_id != runner_id:
+        raise ConfigError(
+            f"{ENV_RUNNER_ID} {expected_id!r} does not match the id derived from the "
+            f"binding token ({runner_id!r}); check that the token belongs to this runner"
+        )
+
+    workspace_raw = _pick(args.workspace, env, ENV_WORKSPACE)
+    workspace = Path(workspace_raw).expanduser() if workspace_raw else Path.cwd()
+    workspace = workspace.resolve()
+    if not workspace.is_dir():
+        raise ConfigError(f"workspace {str(workspace)!r} is not a directory")
+
+    if args.isolate_session is not None:
+        isolate = bool(args.isolate_session)
+    else:
+        isolate = env.get(ENV_ISOLATE, "").strip().lower() in _TRUE_VALUES
+
+    log_level = args.log_level or env.get(ENV_LOG_LEVEL, "").strip().upper() or "INFO"
+    if log_level not in _LOG_LEVELS or not isinstance(logging.getLevelName(log_level), int):
+        raise ConfigError(f"{ENV_LOG_LEVEL} must be one of {', '.join(_LOG_LEVELS)}")
+
+    return RunnerConfig(
+        server_url=server_url,
+        token=token,
+        runner_id=runner_id,
+        workspace=workspace,
+        parent_pid=_parse_parent_pid(_pick(args.parent_pid, env, ENV_PARENT_PID)),
+        isolate_session=isolate,
+        log_level=log_level,
+    )

@@ -1,0 +1,194 @@
+"""Session items and tool definitions, translated into what each model API accepts.
+
+The server stores a session as flat items (``message``, ``function_call``,
+``function_call_output``, ...), and the runner keeps the same shape in memory. The two
+OpenAI API flavours want the conversation in different forms: the Responses API takes
+typed input items, Chat Completions takes role messages where calls hang off an
+assistant message. Keeping the translation here, pure and Django-free, lets the agent
+loop stay about *when* to call the model and the tests check *what* is sent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+Item = dict[str, Any]
+
+_CONVERSATION_TYPES = ("message", "function_call", "function_call_output")
+
+
+def message_text(item: Item) -> str:
+    """The text of a message item: its text parts joined (a plain string is accepted too)."""
+    content = item.get("content")
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    texts = [
+        part.get("text")
+        for part in content
+        if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
+    ]
+    return "".join(text for text in texts if isinstance(text, str))
+
+
+def usable_history(items: Iterable[Item]) -> list[Item]:
+    """The items a model may see, with every call paired with its output.
+
+    APIs reject a function call without its output (and an output without its call),
+    and a transcript can hold either: a runner that died while a tool ran, or a client
+    call still waiting (``action_required``). Such halves are left out rather than
+    invented, so the model simply does not see the unfinished call.
+    """
+    items = [item for item in items if isinstance(item, dict)]
+    call_ids = {
+        item.get("call_id")
+        for item in items
+        if item.get("type") == "function_call" and item.get("status") != "action_required"
+    }
+    output_ids = {item.get("call_id") for item in items if item.get("type") == "function_call_output"}
+    paired = call_ids & output_ids
+    usable = []
+    for item in items:
+        kind = item.get("type")
+        if kind not in _CONVERSATION_TYPES:
+            continue
+        if kind == "function_call" and (
+            item.get("status") == "action_required" or item.get("call_id") not in paired
+        ):
+            continue
+        if kind == "function_call_output" and item.get("call_id") not in paired:
+            continue
+        usable.append(item)
+    return usable
+
+
+def _output_text(item: Item) -> str:
+    output = item.get("output")
+    return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+
+
+# --- Responses API ----------------------------------------------------------------------
+
+
+def to_responses_input(items: Iterable[Item]) -> list[Item]:
+    """Flat items as Responses ``input``: role messages, function calls and their outputs."""
+    result: list[Item] = []
+    for item in usable_history(items):
+        kind = item["type"]
+        if kind == "message":
+            role = item.get("role") or "user"
+            part_type = "output_text" if role == "assistant" else "input_text"
+            result.append(
+                {"role": role, "content": [{"type": part_type, "text": message_text(item)}]}
+            )
+        elif kind == "function_call":
+            result.append(
+                {
+                    "type": "function_call",
+                    "call_id": item.get("call_id"),
+                    "name": item.get("name"),
+                    "arguments": item.get("arguments") or "{}",
+                }
+            )
+        else:
+            result.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": item.get("call_id"),
+                    "output": _output_text(item),
+                }
+            )
+    return result
+
+
+def to_responses_tools(tools: Iterable[Item]) -> list[Item]:
+    """Chat-format function tools flattened to the Responses function-tool format."""
+    result = []
+    for tool in tools:
+        function = tool["function"]
+        flat: Item = {"type": "function", "name": function["name"]}
+        for key in ("description", "parameters", "strict"):
+            if key in function:
+                flat[key] = function[key]
+        result.append(flat)
+    return result
+
+
+# --- Chat Completions -------------------------------------------------------------------
+
+
+def to_chat_messages(instructions: str, items: Iterable[Item]) -> list[Item]:
+    """A system message, then the items as Chat messages.
+
+    A function call joins the assistant message just before it (text and calls of one
+    answer form one message); tool outputs become ``tool`` messages.
+    """
+    messages: list[Item] = []
+    if instructions:
+        messages.append({"role": "system", "content": instructions})
+    for item in usable_history(items):
+        kind = item["type"]
+        if kind == "message":
+            messages.append({"role": item.get("role") or "user", "content": message_text(item)})
+        elif kind == "function_call":
+            call = {
+                "id": item.get("call_id"),
+                "type": "function",
+                "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"},
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant":
+                last.setdefault("tool_calls", []).append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        else:
+            messages.append(
+                {"role": "tool", "tool_call_id": item.get("call_id"), "content": _output_text(item)}
+            )
+    return messages
+
+
+# --- tool definitions -------------------------------------------------------------------
+
+
+def normalise_tool(tool: Any) -> Item | None:
+    """A client tool in Chat format, whichever OpenAI function format it came in.
+
+    Clients send tools as Chat (``{"type": "function", "function": {...}}``) or as
+    Responses (``{"type": "function", "name": ...}``) definitions; anything else (not a
+    function, no name) is not something the model could call, so it is dropped.
+    """
+    if not isinstance(tool, dict) or tool.get("type", "function") != "function":
+        return None
+    function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    name = function.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    normalised: Item = {"name": name}
+    for key in ("description", "parameters", "strict"):
+        if function.get(key) is not None:
+            normalised[key] = function[key]
+    normalised.setdefault("parameters", {"type": "object", "properties": {}})
+    return {"type": "function", "function": normalised}
+
+
+def merge_tools(builtin: Sequence[Item], client: Iterable[Any]) -> tuple[list[Item], set[str]]:
+    """All tool definitions (Chat format) and the names of the client tools among them.
+
+    Built-in tools come first and win a name clash; a repeated client name keeps the
+    first definition.
+    """
+    tools = list(builtin)
+    names = {tool["function"]["name"] for tool in tools}
+    client_names: set[str] = set()
+    for raw in client:
+        tool = normalise_tool(raw)
+        if tool is None or tool["function"]["name"] in names:
+            continue
+        names.add(tool["function"]["name"])
+        client_names.add(tool["function"]["name"])
+        tools.append(tool)
+    return tools, client_names

@@ -1,0 +1,557 @@
+"""The runner's side of the tunnel (tunnel.md): dial out, hand commands to the executor,
+deliver its events at-least-once, and keep reconnecting until told to stop.
+
+The runner only ever dials out, so the tunnel survives NAT and server restarts as long
+as this loop keeps trying. Only answers that retrying cannot fix end it: a refused
+upgrade (403, a wrong or revoked token) and the server's 4001/4002 close codes.
+
+One connection at a time runs two things: the receive loop, which handles frames one by
+one in arrival order, and a single sender task draining a queue, so that frames (events
+above all) leave in the order they were produced and :meth:`RunnerTunnel.emit` never
+waits on the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
+
+from runners.client import PROTOCOL_VERSION, RUNNER_VERSION
+from runners.client.config import RunnerConfig
+from runners.client.executor import CommandRejected, SessionExecutor
+from runners.client.outbox import DEFAULT_MAX_UNACKED, Frame, Outbox
+
+logger = logging.getLogger(__name__)
+
+# websockets logs every handshake header at DEBUG, the binding token among them. Its
+# connections log to this logger, pinned at INFO, so no --log-level can print the token.
+_ws_logger = logging.getLogger(__name__ + ".websocket")
+_ws_logger.setLevel(logging.INFO)
+
+TOKEN_HEADER = "X-Omnigent-Runner-Tunnel-Token"
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+DEFAULT_HEARTBEAT_S = 20.0
+EXIT_OK = 0
+EXIT_FATAL = 2
+
+CLOSE_NORMAL = 1000
+CLOSE_GOING_AWAY = 1001
+CLOSE_REPLACED = 4000
+CLOSE_BAD_HELLO = 4001
+CLOSE_BAD_PROTOCOL = 4002
+CLOSE_HEARTBEAT = 4003
+
+_Handler = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class _Fatal(Exception):
+    """The server refused us in a way retrying cannot fix; the message says what to check."""
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` still exists (signal 0 checks without signalling)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # e.g. PermissionError: it exists but belongs to someone else
+    return True
+
+
+def _require(frame: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    """Return ``frame[key]`` or reject the command, so a malformed command gets a nack."""
+    value = frame.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise CommandRejected("invalid_command", f"{frame.get('type')} needs a valid {key!r}")
+    return value
+
+
+def _optional_list(frame: dict[str, Any], key: str) -> list[Any]:
+    value = frame.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise CommandRejected("invalid_command", f"{frame.get('type')}: {key!r} must be a list")
+    return value
+
+
+class RunnerTunnel:
+    """Keeps one runner connected to its server; the executor's :class:`EventSink`."""
+
+    def __init__(
+        self,
+        config: RunnerConfig,
+        executor: SessionExecutor,
+        *,
+        workspace_info: dict[str, Any],
+        capabilities: dict[str, Any] | None = None,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 10.0,
+        hello_extra: dict[str, Any] | None = None,
+        max_unacked: int = DEFAULT_MAX_UNACKED,
+        open_timeout: float = 10.0,
+        close_timeout: float = 5.0,
+        send_timeout: float = 30.0,
+        parent_poll_s: float = 1.0,
+    ) -> None:
+        self._config = config
+        self._executor = executor
+        self._workspace_info = dict(workspace_info)
+        self._capabilities = dict(capabilities or {})
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._hello_extra = dict(hello_extra or {})
+        self._open_timeout = open_timeout
+        self._close_timeout = close_timeout
+        self._send_timeout = send_timeout
+        self._parent_poll_s = parent_poll_s
+
+        self._outbox = Outbox(max_unacked)
+        self._attempt = 0
+        self._exit_code = EXIT_OK
+        self._stop_event = asyncio.Event()
+        self._finished = asyncio.Event()
+        self._running = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # The live connection's send queue; None while not connected and welcomed.
+        self._live: asyncio.Queue[Frame] | None = None
+        self._shutdown_task: asyncio.Future[None] | None = None
+
+        self._commands: dict[str, _Handler] = {
+            "session.open": self._open_session,
+            "turn.start": self._start_turn,
+            "tool_result": self._tool_result,
+            "turn.interrupt": self._interrupt,
+            "session.close": self._close_session,
+        }
+        executor.bind(self)
+
+    # ----------------------------------------------------------------- EventSink
+
+    def emit(self, session_id: str, event: dict[str, Any]) -> None:
+        """Number and keep ``event``; send it now if the tunnel is up. Never blocks.
+
+        Safe to call from another thread: the work is handed to the tunnel's loop.
+        """
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if running is not loop:
+                loop.call_soon_threadsafe(self._emit, session_id, event)
+                return
+        self._emit(session_id, event)
+
+    def _emit(self, session_id: str, event: dict[str, Any]) -> None:
+        frame = self._outbox.emit(session_id, event)
+        if frame is not None and self._live is not None:
+            self._live.put_nowait(frame)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self) -> int:
+        """Stay connected until stopped; return the process exit code (0, or 2 if fatal)."""
+        if self._running:
+            raise RuntimeError("RunnerTunnel.run() is already running")
+        self._running = True
+        self._finished.clear()
+        self._loop = asyncio.get_running_loop()
+        watcher = None
+        if self._config.parent_pid is not None:
+            watcher = asyncio.create_task(self._watch_parent(self._config.parent_pid))
+        conn: asyncio.Task[None] | None = None
+        try:
+            while not self._stop_event.is_set():
+                conn = asyncio.create_task(self._connection())
+                stopper = asyncio.create_task(self._stop_event.wait())
+                try:
+                    await asyncio.wait({conn, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopper.cancel()
+                if not conn.done():
+                    conn.cancel()  # its cleanup closes the socket with 1000
+                    await asyncio.gather(conn, return_exceptions=True)
+                    break
+                try:
+                    conn.result()
+                except _Fatal as exc:
+                    logger.error("%s", exc)
+                    self._exit_code = EXIT_FATAL
+                    break
+                except Exception:
+                    logger.exception("tunnel connection failed unexpectedly")
+                if self._stop_event.is_set():
+                    break
+                delay = self._next_delay()
+                logger.info("reconnecting in %.2f s", delay)
+                try:
+                    await asyncio.wait_for(self._stop_event.wait(), delay)
+                except TimeoutError:
+                    pass
+        finally:
+            if conn is not None and not conn.done():
+                conn.cancel()
+                await asyncio.gather(conn, return_exceptions=True)
+            if watcher is not None:
+                watcher.cancel()
+                await asyncio.gather(watcher, return_exceptions=True)
+            await self._shutdown_executor()
+            self._running = False
+            self._finished.set()
+        logger.info("runner tunnel stopped (exit code %d)", self._exit_code)
+        return self._exit_code
+
+    async def stop(self) -> None:
+        """Close the tunnel with 1000, shut the executor down, and make run() return 0."""
+        self._request_stop(EXIT_OK)
+        if self._running:
+            await self._finished.wait()
+        else:
+            await self._shutdown_executor()
+
+    def _request_stop(self, exit_code: int) -> None:
+        if not self._stop_event.is_set():
+            self._exit_code = exit_code
+            self._stop_event.set()
+
+    async def _shutdown_executor(self) -> None:
+        """Run executor.shutdown() exactly once, however many paths ask for it."""
+        if self._shutdown_task is None:
+            self._shutdown_task = asyncio.ensure_future(self._executor.shutdown())
+        try:
+            await asyncio.shield(self._shutdown_task)
+        except Exception:
+            logger.exception("executor shutdown failed")
+
+    def _next_delay(self) -> float:
+        """Exponential backoff with equal jitter, so many runners do not retry in step."""
+        base = min(self._backoff_max, self._backoff_initial * (2**self._attempt))
+        self._attempt = min(self._attempt + 1, 32)
+        return base / 2 + random.uniform(0, base / 2)
+
+    async def _watch_parent(self, pid: int) -> None:
+        """Stop when the process that launched us is gone, so runners are never orphaned."""
+        was_our_parent = os.getppid() == pid
+        while True:
+            await asyncio.sleep(self._parent_poll_s)
+            # A dead parent may linger as a zombie; being re-parented also means it exited.
+            if not _pid_alive(pid) or (was_our_parent and os.getppid() != pid):
+                logger.info("parent process %d exited; stopping", pid)
+                self._request_stop(EXIT_OK)
+                return
+
+    # ----------------------------------------------------------------- connection
+
+    async def _connection(self) -> None:
+        """One connection: dial, handshake, pump frames. Returns when it is over.
+
+        Raises :class:`_Fatal` when the server refused us for good.
+        """
+        url = self._config.tunnel_url
+        try:
+            ws = await connect(
+                url,
+                additional_headers={TOKEN_HEADER: self._config.token},
+                max_size=MAX_FRAME_BYTES,
+                open_timeout=self._open_timeout,
+                close_timeout=self._close_timeout,
+                logger=_ws_logger,
+            )
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            if status in (401, 403):
+                raise _Fatal(
+                    f"server refused the tunnel (HTTP {status}): check the binding token "
+                    f"and that the runner {self._config.runner_id} is registered"
+                ) from None
+            logger.warning("server rejected the tunnel upgrade at %s (HTTP %d)", url, status)
+            return
+        except (OSError, TimeoutError, WebSocketException) as exc:
+            logger.warning("cannot open the tunnel to %s: %s", url, exc or type(exc).__name__)
+            return
+
+        logger.info("tunnel open to %s", url)
+        try:
+            await self._converse(ws)
+        except ConnectionClosed as exc:
+            self._on_closed(exc)
+        finally:
+            self._live = None
+            code = CLOSE_NORMAL if self._stop_event.is_set() else CLOSE_GOING_AWAY
+            await ws.close(code, "runner stopping" if code == CLOSE_NORMAL else "")
+
+    def _on_closed(self, exc: ConnectionClosed) -> None:
+        """Decide, from the server's close code, whether to reconnect or give up."""
+        if self._stop_event.is_set():
+            return
+        code = exc.rcvd.code if exc.rcvd is not None else None
+        reason = exc.rcvd.reason if exc.rcvd is not None else ""
+        if code == CLOSE_BAD_HELLO:
+            raise _Fatal(
+                f"server closed the tunnel with {code} (hello missing, late or invalid): {reason}"
+            )
+        if code == CLOSE_BAD_PROTOCOL:
+            raise _Fatal(
+                f"server closed the tunnel with {code}: it does not support tunnel protocol "
+                f"{PROTOCOL_VERSION} (runner {RUNNER_VERSION}); upgrade the runner or the server"
+            )
+        if code == CLOSE_REPLACED:
+            logger.warning(
+                "tunnel replaced by a newer connection for runner %s (close 4000); is another "
+                "runner process using the same token? reconnecting",
+                self._config.runner_id,
+            )
+        elif code == CLOSE_HEARTBEAT:
+            logger.warning("server closed the tunnel: it missed our heartbeats (4003)")
+        else:
+            logger.warning("tunnel closed (%s)", exc)
+
+    async def _converse(self, ws: ClientConnection) -> None:
+        """Handshake, resend what the server lacks, then serve frames until the end."""
+        hello: Frame = {
+            "type": "hello",
+            "protocol": PROTOCOL_VERSION,
+            "runner_version": RUNNER_VERSION,
+            "workspace": self._workspace_info,
+            "capabilities": self._capabilities,
+            "open_sessions": self._open_session_ids(),
+            **self._hello_extra,
+        }
+        async with asyncio.timeout(self._send_timeout):
+            await ws.send(json.dumps(hello))
+        heartbeat_s = await self._await_welcome(ws)
+        if heartbeat_s is None:
+            return
+
+        queue: asyncio.Queue[Frame] = asyncio.Queue()
+        resend = self._outbox.pending()
+        for frame in resend:
+            queue.put_nowait(frame)
+        self._live = queue  # from here on emit() feeds this queue, after the resend
+        self._attempt = 0
+        logger.info(
+            "tunnel up for runner %s (heartbeat %.1f s, resending %d events)",
+            self._config.runner_id,
+            heartbeat_s,
+            len(resend),
+        )
+        sender = asyncio.create_task(self._send_loop(ws, queue))
+        try:
+            await self._receive_loop(ws, heartbeat_s, queue)
+        finally:
+            sender.cancel()
+            await asyncio.gather(sender, return_exceptions=True)
+
+    def _open_session_ids(self) -> list[str]:
+        try:
+            return list(self._executor.open_session_ids())
+        except Exception:
+            logger.exception("executor.open_session_ids() failed; reporting none")
+            return []
+
+    async def _await_welcome(self, ws: ClientConnection) -> float | None:
+        """Wait (with a deadline) for ``welcome``; apply it and return the heartbeat."""
+        try:
+            async with asyncio.timeout(self._open_timeout):
+                while True:
+                    frame = self._parse(await ws.recv())
+                    if frame is None:
+                        continue
+                    if frame["type"] == "welcome":
+                        break
+                    if frame["type"] == "ping":
+                        await ws.send(json.dumps({"type": "pong", "ts": frame.get("ts")}))
+                    else:
+                        logger.warning("ignoring %r frame received before welcome", frame["type"])
+        except TimeoutError:
+            logger.warning("no welcome from the server within %.1f s", self._open_timeout)
+            return None
+
+        if frame.get("runner_id") != self._config.runner_id:
+            logger.warning(
+                "welcome names runner %r, expected %r",
+                frame.get("runner_id"),
+                self._config.runner_id,
+            )
+        heartbeat_s = frame.get("heartbeat_s")
+        if (
+            not isinstance(heartbeat_s, int | float)
+            or isinstance(heartbeat_s, bool)
+            or heartbeat_s <= 0
+        ):
+            heartbeat_s = DEFAULT_HEARTBEAT_S
+        sessions = frame.get("sessions")
+        for entry in sessions if isinstance(sessions, list) else []:
+            session_id = entry.get("session_id") if isinstance(entry, dict) else None
+            last = entry.get("last_acked_seq") if isinstance(entry, dict) else None
+            if isinstance(session_id, str) and isinstance(last, int) and not isinstance(last, bool):
+                self._outbox.resync(session_id, last)
+            else:
+                logger.warning("ignoring malformed welcome session entry %r", entry)
+        return float(heartbeat_s)
+
+    async def _send_loop(self, ws: ClientConnection, queue: asyncio.Queue[Frame]) -> None:
+        """The only writer after the handshake, so frames leave in queue order."""
+        while True:
+            frame = await queue.get()
+            try:
+                text = json.dumps(frame)
+            except (TypeError, ValueError) as exc:
+                logger.error("dropping %r frame that is not JSON: %s", frame.get("type"), exc)
+                continue
+            try:
+                async with asyncio.timeout(self._send_timeout):
+                    await ws.send(text)
+            except TimeoutError:
+                # The server stopped reading; drop the connection so the receive loop
+                # ends and we reconnect (unacked events are resent from the outbox).
+                logger.warning(
+                    "send stalled for %.1f s; dropping the connection", self._send_timeout
+                )
+                ws.transport.abort()
+                return
+            except ConnectionClosed:
+                return
+
+    async def _receive_loop(
+        self, ws: ClientConnection, heartbeat_s: float, queue: asyncio.Queue[Frame]
+    ) -> None:
+        """Handle frames in arrival order; return if the server falls silent."""
+        silence_limit = 3 * heartbeat_s
+        while True:
+            try:
+                async with asyncio.timeout(silence_limit):
+                    raw = await ws.recv()
+            except TimeoutError:
+                logger.warning("no frame from the server for %.1f s; reconnecting", silence_limit)
+                return
+            frame = self._parse(raw)
+            if frame is not None:
+                await self._dispatch(frame, queue.put_nowait)
+
+    @staticmethod
+    def _parse(raw: str | bytes) -> dict[str, Any] | None:
+        """Decode a text frame into a typed JSON object; anything else is logged and ignored."""
+        if isinstance(raw, bytes):
+            logger.warning("ignoring a binary message (%d bytes)", len(raw))
+            return None
+        try:
+            frame = json.loads(raw)
+        except ValueError:
+            logger.warning("ignoring a malformed frame (not JSON, %d chars)", len(raw))
+            return None
+        if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
+            logger.warning("ignoring a frame without a type")
+            return None
+        return frame
+
+    # -------------------------------------------------------------------- frames
+
+    async def _dispatch(self, frame: dict[str, Any], reply: Callable[[Frame], None]) -> None:
+        kind = frame["type"]
+        if kind == "ping":
+            reply({"type": "pong", "ts": frame.get("ts")})
+        elif kind == "event.ack":
+            session_id, seq = frame.get("session_id"), frame.get("seq")
+            if isinstance(session_id, str) and isinstance(seq, int) and not isinstance(seq, bool):
+                self._outbox.ack(session_id, seq)
+            else:
+                logger.warning("ignoring malformed event.ack")
+        elif kind == "rpc":
+            await self._rpc(frame, reply)
+        elif kind in self._commands:
+            await self._command(frame, self._commands[kind], reply)
+        else:
+            logger.warning("ignoring unknown frame type %r", kind)
+
+    async def _command(
+        self, frame: dict[str, Any], handler: _Handler, reply: Callable[[Frame], None]
+    ) -> None:
+        """Run one command and answer ``ack`` or ``nack``; a failure never ends the tunnel."""
+        command_id = frame.get("id")
+        if command_id is None:
+            logger.warning("ignoring %r command without an id", frame["type"])
+            return
+        try:
+            await handler(frame)
+        except CommandRejected as exc:
+            reply(
+                {
+                    "type": "nack",
+                    "id": command_id,
+                    "error": {"code": exc.code, "message": exc.message},
+                }
+            )
+        except Exception as exc:
+            logger.exception("%s command %r failed", frame["type"], command_id)
+            reply(
+                {
+                    "type": "nack",
+                    "id": command_id,
+                    "error": {"code": "internal_error", "message": str(exc)},
+                }
+            )
+        else:
+            reply({"type": "ack", "id": command_id})
+
+    async def _rpc(self, frame: dict[str, Any], reply: Callable[[Frame], None]) -> None:
+        rpc_id = frame.get("id")
+        if rpc_id is None:
+            logger.warning("ignoring rpc without an id")
+            return
+        try:
+            method = _require(frame, "method", str)
+            params = frame.get("params") or {}
+            if not isinstance(params, dict):
+                raise CommandRejected("invalid_command", "rpc: 'params' must be an object")
+            result = await self._executor.rpc(method=method, params=params)
+            json.dumps(result)  # fail here, as an rpc error, rather than in the sender
+        except CommandRejected as exc:
+            error = {"code": exc.code, "message": exc.message}
+        except Exception as exc:
+            logger.exception("rpc %r failed", frame.get("method"))
+            error = {"code": "internal_error", "message": str(exc)}
+        else:
+            reply({"type": "rpc.result", "id": rpc_id, "ok": True, "result": result})
+            return
+        reply({"type": "rpc.result", "id": rpc_id, "ok": False, "error": error})
+
+    async def _open_session(self, frame: dict[str, Any]) -> None:
+        await self._executor.open_session(
+            session_id=_require(frame, "session_id", str),
+            agent=_require(frame, "agent", dict),
+            history=_optional_list(frame, "history"),
+        )
+
+    async def _start_turn(self, frame: dict[str, Any]) -> None:
+        await self._executor.start_turn(
+            session_id=_require(frame, "session_id", str),
+            response_id=_require(frame, "response_id", str),
+            input=_optional_list(frame, "input"),
+            tools=_optional_list(frame, "tools"),
+        )
+
+    async def _tool_result(self, frame: dict[str, Any]) -> None:
+        output = frame.get("output")
+        await self._executor.tool_result(
+            session_id=_require(frame, "session_id", str),
+            call_id=_require(frame, "call_id", str),
+            output=output if isinstance(output, str) else json.dumps(output),
+        )
+
+    async def _interrupt(self, frame: dict[str, Any]) -> None:
+        await self._executor.interrupt(session_id=_require(frame, "session_id", str))
+
+    async def _close_session(self, frame: dict[str, Any]) -> None:
+        await self._executor.close_session(session_id=_require(frame, "session_id", str))

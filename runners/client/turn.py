@@ -1,0 +1,356 @@
+"""One turn of the agent loop (agents.md, "The agent loop"), and the session state it uses.
+
+A turn alternates model calls and tool calls until the model answers without calling a
+tool. Everything the server must know goes out through ``emit`` as tunnel events
+(tunnel.md, "Events"); everything the next turn must know goes into the session's
+history, and the two are kept in step: an item joins the history exactly when it is
+emitted as done, so a later turn (or a restarted runner, which gets the server's copy)
+sees the same transcript.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runners.client.llm import ClientPool, FunctionCall, LLMError, ModelRequest, call_model
+from runners.client.transcript import merge_tools
+from sessions.bundles import AgentSpec
+from workspaces.tools import sys_os
+from workspaces.tools.changes import ChangeTracker
+
+logger = logging.getLogger(__name__)
+
+Item = dict[str, Any]
+Emit = Callable[[dict[str, Any]], None]
+
+DEFAULT_MODEL = "gpt-4o-mini"
+
+
+@dataclass
+class TurnRequest:
+    """A ``turn.start`` the session has accepted."""
+
+    response_id: str
+    input: list[Item]
+    tools: list[Item]
+
+
+@dataclass
+class SessionState:
+    """What the executor holds for one open session."""
+
+    session_id: str
+    spec: AgentSpec | None
+    load_error: str | None  # why the agent could not load; every turn then fails
+    history: list[Item]
+    root: Path | None  # the sys_os tool root (only with os_env)
+    tracker: ChangeTracker | None  # only with os_env
+    pending: dict[str, asyncio.Future[str]] = field(default_factory=dict)  # parked client calls
+    queue: deque[TurnRequest] = field(default_factory=deque)
+    worker: asyncio.Task[None] | None = None
+    current: TurnRequest | None = None
+    current_task: asyncio.Task[None] | None = None
+    closing: bool = False  # set by close/shutdown: the turn must stop without events
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.queue) or (self.worker is not None and not self.worker.done())
+
+
+class TurnFailed(Exception):
+    """Ends the turn as ``failed`` with ``code`` (agents.md failure codes)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def new_item_id() -> str:
+    return "item_" + uuid.uuid4().hex
+
+
+class TurnRunner:
+    """Runs one :class:`TurnRequest` of a session to a terminal event.
+
+    ``run`` never raises except ``CancelledError``: every outcome is reported as
+    ``response.completed``, ``response.failed`` or ``response.cancelled``.
+    """
+
+    def __init__(
+        self,
+        session: SessionState,
+        request: TurnRequest,
+        *,
+        emit: Emit,
+        pool: ClientPool,
+        env: Mapping[str, str],
+    ) -> None:
+        self.session = session
+        self.request = request
+        self.finished = False  # a terminal event was emitted
+        self._emit_raw = emit
+        self._pool = pool
+        self._env = env
+        self._rid = request.response_id
+        self._call_item_ids: dict[str, str] = {}
+        # Built-in calls emitted as done whose output is not out yet: settled on failure.
+        self._unanswered: dict[str, FunctionCall] = {}
+
+    # --- outcome ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._status("running")
+        self._emit({"type": "response.created", "response_id": self._rid})
+        timer: asyncio.Timeout | None = None
+        try:
+            self._add_input()
+            spec = self._spec()
+            timer = asyncio.timeout(spec.timeout)
+            async with timer:
+                await self._loop(spec)
+        except asyncio.CancelledError:
+            if not self.session.closing:
+                self._settle_unanswered("the turn was cancelled before the tool finished")
+                self._finish({"type": "response.cancelled", "response_id": self._rid}, "idle")
+            raise
+        except TimeoutError:
+            if timer is None or not timer.expired():
+                logger.exception("turn %s: unexpected TimeoutError", self._rid)
+                await self._fail("internal_error", "unexpected timeout inside the turn")
+            else:
+                limit = self.session.spec.timeout if self.session.spec else 0
+                await self._fail("timeout", f"the turn did not finish within {limit:g} seconds")
+        except (TurnFailed, LLMError) as exc:
+            await self._fail(exc.code, exc.message)
+        except Exception as exc:
+            logger.exception("turn %s of session %s failed", self._rid, self.session.session_id)
+            await self._fail("internal_error", f"{type(exc).__name__}: {exc}")
+        else:
+            await self._report_turn_end()
+            self._finish({"type": "response.completed", "response_id": self._rid}, "idle")
+
+    def _spec(self) -> AgentSpec:
+        if self.session.spec is None:
+            raise TurnFailed("agent_load_failed", self.session.load_error or "the agent is not loaded")
+        return self.session.spec
+
+    async def _fail(self, code: str, message: str) -> None:
+        logger.info("turn %s failed: %s: %s", self._rid, code, message)
+        self._settle_unanswered(f"the turn failed before the tool finished ({code})")
+        await self._report_turn_end()
+        error = {"code": code, "message": message}
+        self._finish({"type": "response.failed", "response_id": self._rid, "error": error}, "failed")
+
+    def _finish(self, terminal: dict[str, Any], status: str) -> None:
+        self._emit(terminal)
+        extra = {"error": terminal["error"]} if "error" in terminal else {}
+        self._status(status, **extra)
+        self.finished = True
+
+    async def _report_turn_end(self) -> None:
+        """Emit the tracker's end-of-turn change set; tracking never fails a turn."""
+        if self.session.tracker is None:
+            return
+        try:
+            payload = await self.session.tracker.turn_end()
+        except Exception:
+            logger.exception("change tracking failed at the end of turn %s", self._rid)
+            return
+        if payload is not None:
+            self._emit({"type": "workspace.changes", **payload})
+
+    def _settle_unanswered(self, reason: str) -> None:
+        """Give every built-in call already reported done an (error) output.
+
+        The call item is stored on the server, so the transcript needs its output;
+        otherwise every later model request would carry a dangling call.
+        """
+        for call in list(self._unanswered.values()):
+            self._output(call, json.dumps({"error": reason}))
+
+    # --- the loop -----------------------------------------------------------------------
+
+    def _add_input(self) -> None:
+        """Append the turn's input items, skipping those the history already holds.
+
+        After a runner restart the server re-sends ``turn.start`` for a turn whose user
+        message is already in the stored history: it must not appear twice.
+        """
+        known = {item.get("id") for item in self.session.history if item.get("id")}
+        for item in self.request.input:
+            if not isinstance(item, dict) or (item.get("id") and item["id"] in known):
+                continue
+            self.session.history.append(item)
+            if item.get("id"):
+                known.add(item["id"])
+
+    async def _loop(self, spec: AgentSpec) -> None:
+        builtin = sys_os.tool_definitions() if spec.os_env is not None else []
+        builtin_names = {tool["function"]["name"] for tool in builtin}
+        tools, client_names = merge_tools(builtin, self.request.tools)
+        client = self._pool.get(
+            api_key=spec.api_key or self._env.get("OPENAI_API_KEY") or "not-set",
+            base_url=spec.base_url or self._env.get("OPENAI_BASE_URL") or None,
+        )
+        model = spec.model or self._env.get("OMNIGENT_DEFAULT_MODEL") or DEFAULT_MODEL
+        for _ in range(spec.max_iterations):
+            request = ModelRequest(
+                api=spec.api,
+                model=model,
+                instructions=spec.prompt,
+                history=list(self.session.history),
+                tools=tools,
+            )
+            calls = await self._ask_model(client, request)
+            if not calls:
+                return
+            await self._run_calls(calls, builtin_names, client_names)
+        raise TurnFailed(
+            "max_iterations_exceeded",
+            f"the agent still called tools after {spec.max_iterations} model calls "
+            "(executor.max_iterations)",
+        )
+
+    async def _ask_model(self, client: Any, request: ModelRequest) -> list[FunctionCall]:
+        """One model call: stream its text up, report its message, return its calls."""
+        message_id = new_item_id()
+        streamed = False
+
+        def on_delta(delta: str) -> None:
+            nonlocal streamed
+            if delta:
+                streamed = True
+                self._delta(message_id, delta)
+
+        answer = await call_model(client, request, on_delta)
+        if answer.text:
+            if not streamed:
+                self._delta(message_id, answer.text)
+            self._done(
+                {
+                    "id": message_id,
+                    "type": "message",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": answer.text}],
+                }
+            )
+        return answer.calls
+
+    async def _run_calls(
+        self, calls: list[FunctionCall], builtin_names: set[str], client_names: set[str]
+    ) -> None:
+        """Run built-in calls in order; park on client calls, then wait for all of them."""
+        parked: dict[asyncio.Future[str], FunctionCall] = {}
+        for call in calls:
+            if call.name in client_names:
+                self._emit_item(self._call_item(call, "action_required"))
+                future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+                self.session.pending[call.call_id] = future
+                parked[future] = call
+                continue
+            self._done(self._call_item(call, "completed"))
+            self._unanswered[call.call_id] = call
+            if call.name in builtin_names:
+                result, changes = await self._run_builtin(call)
+            else:
+                result, changes = {"error": f"unknown tool '{call.name}'"}, None
+            self._output(call, json.dumps(result, ensure_ascii=False))
+            if changes is not None:
+                self._emit({"type": "workspace.changes", **changes})
+        if parked:
+            await self._wait_for_client(parked)
+
+    async def _run_builtin(self, call: FunctionCall) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        try:
+            arguments = json.loads(call.arguments or "{}")
+        except ValueError as exc:
+            return {"error": f"tool arguments are not valid JSON: {exc}"}, None
+        if not isinstance(arguments, dict):
+            return {"error": "tool arguments must be a JSON object"}, None
+        if self.session.tracker is not None:
+            return await self.session.tracker.run_tool(call.name, arguments)
+        assert self.session.root is not None  # built-ins exist only with os_env
+        return await sys_os.run_tool(call.name, arguments, root=self.session.root), None
+
+    async def _wait_for_client(self, parked: dict[asyncio.Future[str], FunctionCall]) -> None:
+        """Session ``waiting`` until every parked call has its ``tool_result``.
+
+        Each result is reported as it arrives (call completed, then its output). A
+        cancelled or timed-out wait leaves the unanswered calls out of the history: the
+        server never stored them (it stores a client call only once completed).
+        """
+        self._status("waiting")
+        waiting = dict(parked)
+        try:
+            while waiting:
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                for future in [f for f in waiting if f in done]:
+                    call = waiting.pop(future)
+                    self._done(self._call_item(call, "completed"))
+                    self._output(call, future.result())
+        finally:
+            for future, call in parked.items():
+                if self.session.pending.get(call.call_id) is future:
+                    del self.session.pending[call.call_id]
+                future.cancel()
+        self._status("running")
+
+    # --- items and events ---------------------------------------------------------------
+
+    def _call_item(self, call: FunctionCall, status: str) -> Item:
+        item_id = self._call_item_ids.setdefault(call.call_id, new_item_id())
+        return {
+            "id": item_id,
+            "type": "function_call",
+            "status": status,
+            "call_id": call.call_id,
+            "name": call.name,
+            "arguments": call.arguments,
+        }
+
+    def _output(self, call: FunctionCall, output: str) -> None:
+        self._unanswered.pop(call.call_id, None)
+        self._done(
+            {
+                "id": new_item_id(),
+                "type": "function_call_output",
+                "status": "completed",
+                "call_id": call.call_id,
+                "output": output,
+            }
+        )
+
+    def _done(self, item: Item) -> None:
+        """Report a finished item and add it to the history (the two always go together)."""
+        self.session.history.append(item)
+        self._emit_item(item)
+
+    def _emit_item(self, item: Item) -> None:
+        self._emit({"type": "response.output_item.done", "response_id": self._rid, "item": item})
+
+    def _delta(self, item_id: str, delta: str) -> None:
+        self._emit(
+            {
+                "type": "response.output_text.delta",
+                "response_id": self._rid,
+                "item_id": item_id,
+                "delta": delta,
+            }
+        )
+
+    def _status(self, status: str, **extra: Any) -> None:
+        self._emit({"type": "session.status", "status": status, "response_id": self._rid, **extra})
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        if not self.session.closing:
+            self._emit_raw(event)

@@ -1,0 +1,809 @@
+"""Scripted, OpenAI-compatible mock LLM server (stdlib only, no Django).
+
+Tests and the offline demo need an LLM that answers deterministically, without network
+access or an API key. This module serves the subset of the OpenAI HTTP API the agent
+loop uses (Responses API, Chat Completions, model list) and answers from per-key queues
+of scripted entries that tests push over HTTP (``/mock/configure``) or in-process
+(:meth:`MockLLMServer.configure`).
+
+Run standalone::
+
+    python -m runners.mockllm --host 127.0.0.1 --port 0
+
+which prints exactly one line ``MOCKLLM_URL=http://127.0.0.1:<port>/v1`` and serves until
+SIGTERM/SIGINT. See the "Mock LLM server" section of the agents spec for the contract.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+DEFAULT_TEXT = "Mock LLM response"
+DEFAULT_KEY = "default"
+DEFAULT_MODEL = "mock-model"
+
+JsonDict = dict[str, Any]
+
+
+# --------------------------------------------------------------------------- script model
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One scripted function call; ``arguments`` is kept as the JSON string the API sends."""
+
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A parsed script entry: what one request to the mock should answer."""
+
+    text: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    error_status: int | None = None
+    error_message: str = ""
+    stream_words: bool = False
+    delay_s: float = 0.0
+
+    @classmethod
+    def from_entry(cls, entry: Any) -> Reply:
+        """Validate a configure entry early so a bad script fails at configure time, not mid-test."""
+        if not isinstance(entry, dict):
+            raise ValueError(f"entry must be an object, got {type(entry).__name__}")
+        delay_s = float(entry.get("delay_s") or 0.0)
+        stream_words = bool(entry.get("stream", False))
+        error = entry.get("error")
+        if error is not None:
+            if not isinstance(error, dict):
+                raise ValueError("'error' must be an object")
+            return cls(
+                error_status=int(error.get("status_code", 500)),
+                error_message=str(error.get("message", "Mock LLM error")),
+                delay_s=delay_s,
+                stream_words=stream_words,
+            )
+        text = entry.get("text")
+        if text is not None and not isinstance(text, str):
+            raise ValueError("'text' must be a string")
+        calls = tuple(_parse_tool_call(raw) for raw in entry.get("tool_calls") or [])
+        if text is None and not calls:
+            # An entry that only sets timing (e.g. {"delay_s": 1}) still needs a body.
+            text = DEFAULT_TEXT
+        return cls(text=text, tool_calls=calls, stream_words=stream_words, delay_s=delay_s)
+
+
+def _parse_tool_call(raw: Any) -> ToolCall:
+    """Accept arguments as a JSON string (API form) or, for convenience, as an object."""
+    if not isinstance(raw, dict) or not raw.get("name"):
+        raise ValueError("each tool call needs at least a 'name'")
+    arguments = raw.get("arguments", "{}")
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments)
+    call_id = str(raw.get("call_id") or _new_id("call"))
+    return ToolCall(call_id=call_id, name=str(raw["name"]), arguments=arguments)
+
+
+DEFAULT_REPLY = Reply(text=DEFAULT_TEXT)
+
+
+@dataclass
+class _Queue:
+    match: str | None
+    replies: deque[Reply] = field(default_factory=deque)
+
+
+class ScriptStore:
+    """Thread-safe queues of replies plus the log of captured requests.
+
+    Queues are identified by ``(key, match)`` so that configuring a match-routed queue never
+    clobbers the plain ``default`` (or per-model) queue of the same key.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queues: dict[tuple[str, str | None], _Queue] = {}
+        self._requests: list[JsonDict] = []
+
+    def configure(
+        self, responses: Iterable[Any], *, key: str = DEFAULT_KEY, match: str | None = None
+    ) -> None:
+        """Replace the queue for ``(key, match)``; raises ValueError on a malformed entry."""
+        replies = deque(Reply.from_entry(entry) for entry in responses)
+        with self._lock:
+            self._queues[(key, match or None)] = _Queue(match=match or None, replies=replies)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._queues.clear()
+            self._requests.clear()
+
+    def record(self, path: str, body: Any, headers: dict[str, str]) -> None:
+        with self._lock:
+            self._requests.append({"path": path, "body": body, "headers": headers})
+
+    @property
+    def requests(self) -> list[JsonDict]:
+        with self._lock:
+            return list(self._requests)
+
+    def next_reply(self, *, user_text: str, model: str | None) -> Reply:
+        """Pick the queue (match token, then model key, then default) and pop its head.
+
+        The chosen queue wins even when exhausted: falling through silently would make a
+        script that ran out of entries look like it was routed elsewhere.
+        """
+        with self._lock:
+            queue = self._choose_queue(user_text, model)
+            if queue is None or not queue.replies:
+                return DEFAULT_REPLY
+            return queue.replies.popleft()
+
+    def _choose_queue(self, user_text: str, model: str | None) -> _Queue | None:
+        for queue in self._queues.values():
+            if queue.match is not None and queue.match in user_text:
+                return queue
+        if model is not None and (model, None) in self._queues:
+            return self._queues[(model, None)]
+        return self._queues.get((DEFAULT_KEY, None))
+
+
+# --------------------------------------------------------------------------- request helpers
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex[:24]}"
+
+
+def _text_of_content(content: Any) -> str:
+    """User content is either a plain string or a list of text parts (input_text / text)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = [
+            part.get("text", "")
+            for part in content
+            if isinstance(part, dict) and part.get("type") in ("input_text", "text")
+        ]
+        return "\n".join(t for t in texts if isinstance(t, str))
+    return ""
+
+
+def _last_user_text(items: Any) -> str:
+    """Text of the last ``role == "user"`` item of a Responses input or Chat messages list."""
+    if isinstance(items, str):
+        return items
+    if not isinstance(items, list):
+        return ""
+    for item in reversed(items):
+        if isinstance(item, dict) and item.get("role") == "user":
+            return _text_of_content(item.get("content"))
+    return ""
+
+
+def user_text_for(path: str, body: JsonDict) -> str:
+    if path == "/v1/chat/completions":
+        return _last_user_text(body.get("messages"))
+    return _last_user_text(body.get("input"))
+
+
+def split_words(text: str) -> list[str]:
+    """Split into word-sized deltas that concatenate back to exactly ``text``."""
+    return [part for part in re.split(r"(?<=\s)(?=\S)", text) if part]
+
+
+def _text_deltas(reply: Reply) -> list[str]:
+    text = reply.text or ""
+    if not text:
+        return []
+    return split_words(text) if reply.stream_words else [text]
+
+
+def _estimate_tokens(text: str) -> int:
+    """A crude, deterministic token count: enough for usage plumbing tests."""
+    return max(1, len(text) // 4) if text else 0
+
+
+def _output_tokens(reply: Reply) -> int:
+    parts = [reply.text or ""] + [c.name + c.arguments for c in reply.tool_calls]
+    return sum(_estimate_tokens(p) for p in parts)
+
+
+def error_body(message: str, status: int) -> JsonDict:
+    """OpenAI's error envelope, so SDKs map it to the right exception class."""
+    if status >= 500:
+        kind = "server_error"
+    elif status == 404:
+        kind = "not_found_error"
+    else:
+        kind = "invalid_request_error"
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+# --------------------------------------------------------------------------- Responses API
+
+
+@dataclass
+class ResponsesTurn:
+    """Identifiers and request echoes shared by every object of one Responses answer."""
+
+    reply: Reply
+    request: JsonDict
+    response_id: str = field(default_factory=lambda: _new_id("resp"))
+    created_at: int = field(default_factory=lambda: int(time.time()))
+    message_id: str = field(default_factory=lambda: _new_id("msg"))
+    call_item_ids: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.call_item_ids = [_new_id("fc") for _ in self.reply.tool_calls]
+
+    def message_item(self, *, done: bool) -> JsonDict:
+        content = [self.text_part(done=True)] if done else []
+        return {
+            "type": "message",
+            "id": self.message_id,
+            "status": "completed" if done else "in_progress",
+            "role": "assistant",
+            "content": content,
+        }
+
+    def text_part(self, *, done: bool) -> JsonDict:
+        return {
+            "type": "output_text",
+            "text": (self.reply.text or "") if done else "",
+            "annotations": [],
+            "logprobs": [],
+        }
+
+    def call_item(self, index: int, *, done: bool) -> JsonDict:
+        call = self.reply.tool_calls[index]
+        return {
+            "type": "function_call",
+            "id": self.call_item_ids[index],
+            "call_id": call.call_id,
+            "name": call.name,
+            "arguments": call.arguments if done else "",
+            "status": "completed" if done else "in_progress",
+        }
+
+    def output_items(self) -> list[JsonDict]:
+        items = [self.message_item(done=True)] if self.reply.text is not None else []
+        items += [self.call_item(i, done=True) for i in range(len(self.reply.tool_calls))]
+        return items
+
+    def usage(self) -> JsonDict:
+        input_tokens = _estimate_tokens(json.dumps(self.request.get("input", "")))
+        output_tokens = _output_tokens(self.reply)
+        return {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens,
+        }
+
+    def response_object(self, *, done: bool) -> JsonDict:
+        """The full ``response`` object; in-progress snapshots carry no output or usage."""
+        req = self.request
+        return {
+            "id": self.response_id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": "completed" if done else "in_progress",
+            "error": None,
+            "incomplete_details": None,
+            "instructions": req.get("instructions"),
+            "max_output_tokens": req.get("max_output_tokens"),
+            "model": req.get("model") or DEFAULT_MODEL,
+            "output": self.output_items() if done else [],
+            "parallel_tool_calls": req.get("parallel_tool_calls", True),
+            "previous_response_id": req.get("previous_response_id"),
+            "reasoning": {"effort": None, "summary": None},
+            "store": req.get("store", True),
+            "temperature": req.get("temperature", 1.0),
+            "text": {"format": {"type": "text"}},
+            "tool_choice": req.get("tool_choice", "auto"),
+            "tools": req.get("tools", []),
+            "top_p": req.get("top_p", 1.0),
+            "truncation": "disabled",
+            "usage": self.usage() if done else None,
+            "user": None,
+            "metadata": req.get("metadata") or {},
+        }
+
+    def events(self) -> Iterator[JsonDict]:
+        """The SSE event sequence, without sequence numbers (added by the writer)."""
+        yield {"type": "response.created", "response": self.response_object(done=False)}
+        yield {"type": "response.in_progress", "response": self.response_object(done=False)}
+        index = 0
+        if self.reply.text is not None:
+            yield from self._message_events(index)
+            index += 1
+        for call_index in range(len(self.reply.tool_calls)):
+            yield from self._call_events(index, call_index)
+            index += 1
+        yield {"type": "response.completed", "response": self.response_object(done=True)}
+
+    def _message_events(self, output_index: int) -> Iterator[JsonDict]:
+        where = {"item_id": self.message_id, "output_index": output_index}
+        yield {
+            "type": "response.output_item.added",
+            "output_index": output_index,
+            "item": self.message_item(done=False),
+        }
+        yield {
+            "type": "response.content_part.added",
+            **where,
+            "content_index": 0,
+            "part": self.text_part(done=False),
+        }
+        for delta in _text_deltas(self.reply):
+            yield {
+                "type": "response.output_text.delta",
+                **where,
+                "content_index": 0,
+                "delta": delta,
+                "logprobs": [],
+            }
+        yield {
+            "type": "response.output_text.done",
+            **where,
+            "content_index": 0,
+            "text": self.reply.text or "",
+            "logprobs": [],
+        }
+        yield {
+            "type": "response.content_part.done",
+            **where,
+            "content_index": 0,
+            "part": self.text_part(done=True),
+        }
+        yield {
+            "type": "response.output_item.done",
+            "output_index": output_index,
+            "item": self.message_item(done=True),
+        }
+
+    def _call_events(self, output_index: int, call_index: int) -> Iterator[JsonDict]:
+        call = self.reply.tool_calls[call_index]
+        where = {"item_id": self.call_item_ids[call_index], "output_index": output_index}
+        yield {
+            "type": "response.output_item.added",
+            "output_index": output_index,
+            "item": self.call_item(call_index, done=False),
+        }
+        yield {"type": "response.function_call_arguments.delta", **where, "delta": call.arguments}
+        yield {
+            "type": "response.function_call_arguments.done",
+            **where,
+            "name": call.name,
+            "arguments": call.arguments,
+        }
+        yield {
+            "type": "response.output_item.done",
+            "output_index": output_index,
+            "item": self.call_item(call_index, done=True),
+        }
+
+
+# --------------------------------------------------------------------------- Chat Completions
+
+
+@dataclass
+class ChatTurn:
+    """One Chat Completions answer, as a whole object or as a chunk stream."""
+
+    reply: Reply
+    request: JsonDict
+    completion_id: str = field(default_factory=lambda: _new_id("chatcmpl"))
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def model(self) -> str:
+        return self.request.get("model") or DEFAULT_MODEL
+
+    @property
+    def finish_reason(self) -> str:
+        return "tool_calls" if self.reply.tool_calls else "stop"
+
+    def usage(self) -> JsonDict:
+        prompt = _estimate_tokens(json.dumps(self.request.get("messages", [])))
+        completion = _output_tokens(self.reply)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+
+    def _tool_calls(self) -> list[JsonDict]:
+        return [
+            {
+                "id": call.call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in self.reply.tool_calls
+        ]
+
+    def completion(self) -> JsonDict:
+        message: JsonDict = {"role": "assistant", "content": self.reply.text, "refusal": None}
+        if self.reply.tool_calls:
+            message["tool_calls"] = self._tool_calls()
+        return {
+            "id": self.completion_id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": self.finish_reason,
+                }
+            ],
+            "usage": self.usage(),
+            "system_fingerprint": None,
+        }
+
+    def _chunk(self, delta: JsonDict, finish_reason: str | None = None) -> JsonDict:
+        return {
+            "id": self.completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            ],
+        }
+
+    def chunks(self) -> Iterator[JsonDict]:
+        """Role chunk, text deltas, one name + one arguments chunk per call, finish, usage."""
+        first: JsonDict = {"role": "assistant"}
+        first["content"] = "" if self.reply.text is not None else None
+        yield self._chunk(first)
+        for delta in _text_deltas(self.reply):
+            yield self._chunk({"content": delta})
+        for index, call in enumerate(self.reply.tool_calls):
+            head = {
+                "index": index,
+                "id": call.call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }
+            yield self._chunk({"tool_calls": [head]})
+            args = {"index": index, "function": {"arguments": call.arguments}}
+            yield self._chunk({"tool_calls": [args]})
+        yield self._chunk({}, finish_reason=self.finish_reason)
+        options = self.request.get("stream_options") or {}
+        if options.get("include_usage"):
+            yield {**self._chunk({}), "choices": [], "usage": self.usage()}
+
+
+# --------------------------------------------------------------------------- HTTP layer
+
+
+class _MockHTTPServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer that knows its script and its open connections.
+
+    Tracking connections lets :meth:`MockLLMServer.stop` cut idle keep-alive sockets, so a
+    stopped server does not leave clients hanging on a half-alive connection.
+    """
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], store: ScriptStore) -> None:
+        self.store = store
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Clients hanging up mid-response (e.g. the SDK closing a stream right after
+        ``[DONE]``) are normal here; only report real bugs, or everything when verbose."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError) and os.environ.get("MOCKLLM_VERBOSE") != "1":
+            return
+        super().handle_error(request, client_address)
+
+    def close_connections(self) -> None:
+        with self.connections_lock:
+            conns = list(self.connections)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class _BadRequest(Exception):
+    """A client mistake that should become a 400 OpenAI-style error."""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    """Routes requests; keeps HTTP concerns here and the answer building in the turn classes."""
+
+    protocol_version = "HTTP/1.1"
+    server: _MockHTTPServer
+    server_version = "MockLLM/1.0"
+
+    # -- connection bookkeeping
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.connections_lock:
+            self.server.connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.server.connections_lock:
+            self.server.connections.discard(self.connection)
+        try:
+            super().finish()
+        except OSError:
+            pass
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        """Quiet by default: test output should not be buried in access logs."""
+        if os.environ.get("MOCKLLM_VERBOSE") == "1":
+            super().log_message(format, *args)
+
+    # -- routing
+
+    @property
+    def route(self) -> str:
+        return urlsplit(self.path).path.rstrip("/") or "/"
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        self._dispatch({"/v1/models": self._models, "/mock/requests": self._mock_requests})
+
+    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        self._dispatch(
+            {
+                "/v1/responses": self._responses,
+                "/v1/chat/completions": self._chat,
+                "/mock/configure": self._mock_configure,
+                "/mock/reset": self._mock_reset,
+            }
+        )
+
+    def _dispatch(self, routes: dict[str, Any]) -> None:
+        route = self.route
+        raw = self._read_body()
+        body: Any = None
+        bad_json = False
+        try:
+            body = json.loads(raw) if raw.strip() else None
+        except (ValueError, UnicodeDecodeError):
+            bad_json = True
+        if route.startswith("/v1/"):
+            self.server.store.record(route, body, self._captured_headers())
+        handler = routes.get(route)
+        if handler is None:
+            self._send_json(404, error_body(f"Unknown path: {self.command} {route}", 404))
+            return
+        if bad_json:
+            self._send_json(400, error_body("Request body is not valid JSON", 400))
+            return
+        try:
+            handler(body)
+        except _BadRequest as exc:
+            self._send_json(400, error_body(str(exc), 400))
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _captured_headers(self) -> dict[str, str]:
+        return {k.lower(): v for k, v in self.headers.items() if k.lower() != "authorization"}
+
+    # -- /v1 endpoints
+
+    def _models(self, _body: Any) -> None:
+        model = {"id": DEFAULT_MODEL, "object": "model", "created": 0, "owned_by": "mock"}
+        self._send_json(200, {"object": "list", "data": [model]})
+
+    def _responses(self, body: Any) -> None:
+        reply, request = self._take_reply(body)
+        if reply is None:
+            return
+        turn = ResponsesTurn(reply=reply, request=request)
+        if request.get("stream"):
+            self._send_sse(turn.events(), named=True, done_marker=False)
+        else:
+            self._send_json(200, turn.response_object(done=True))
+
+    def _chat(self, body: Any) -> None:
+        reply, request = self._take_reply(body)
+        if reply is None:
+            return
+        turn = ChatTurn(reply=reply, request=request)
+        if request.get("stream"):
+            self._send_sse(turn.chunks(), named=False, done_marker=True)
+        else:
+            self._send_json(200, turn.completion())
+
+    def _take_reply(self, body: Any) -> tuple[Reply | None, JsonDict]:
+        """Pop the scripted reply, apply its delay and answer scripted errors.
+
+        Returns ``(None, body)`` when the error response has already been sent.
+        """
+        if not isinstance(body, dict):
+            raise _BadRequest("Request body must be a JSON object")
+        model = body.get("model") if isinstance(body.get("model"), str) else None
+        reply = self.server.store.next_reply(user_text=user_text_for(self.route, body), model=model)
+        if reply.delay_s > 0:
+            time.sleep(reply.delay_s)
+        if reply.error_status is not None:
+            self._send_json(reply.error_status, error_body(reply.error_message, reply.error_status))
+            return None, body
+        return reply, body
+
+    # -- /mock control endpoints
+
+    def _mock_configure(self, body: Any) -> None:
+        if not isinstance(body, dict) or not isinstance(body.get("responses"), list):
+            raise _BadRequest("Body must be an object with a 'responses' list")
+        try:
+            self.server.store.configure(
+                body["responses"],
+                key=str(body.get("key") or DEFAULT_KEY),
+                match=body.get("match"),
+            )
+        except (ValueError, TypeError) as exc:
+            raise _BadRequest(f"Invalid script entry: {exc}") from exc
+        self._send_json(200, {"ok": True})
+
+    def _mock_reset(self, _body: Any) -> None:
+        self.server.store.reset()
+        self._send_json(200, {"ok": True})
+
+    def _mock_requests(self, _body: Any) -> None:
+        self._send_json(200, {"requests": self.server.store.requests})
+
+    # -- writers
+
+    def _send_json(self, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_sse(self, events: Iterable[JsonDict], *, named: bool, done_marker: bool) -> None:
+        """Stream events with chunked transfer encoding so the connection stays reusable.
+
+        ``named`` adds the ``event:`` line (Responses API style) and a ``sequence_number``;
+        ``done_marker`` ends with ``data: [DONE]`` (Chat Completions style).
+        """
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for sequence_number, event in enumerate(events):
+            if named:
+                event = {**event, "sequence_number": sequence_number}
+                frame = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
+            else:
+                frame = f"data: {json.dumps(event)}\n\n"
+            self.wfile.write(self._chunk_frame(frame.encode()))
+        # The terminating zero-length chunk goes out in the same write as the last frame:
+        # the SDK stops reading at ``[DONE]`` and a late terminator would arrive unread.
+        last = self._chunk_frame(b"data: [DONE]\n\n") if done_marker else b""
+        self.wfile.write(last + b"0\r\n\r\n")
+
+    @staticmethod
+    def _chunk_frame(data: bytes) -> bytes:
+        return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+# --------------------------------------------------------------------------- public API
+
+
+class MockLLMServer:
+    """In-process handle: start/stop the HTTP server and script it without HTTP round-trips."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._store = ScriptStore()
+        self._httpd = _MockHTTPServer((host, port), self._store)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Serve in a daemon thread so a crashed test never blocks interpreter exit."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},  # keeps stop() (and test teardown) fast
+            name="mockllm",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._httpd.close_connections()
+        self._httpd.server_close()
+
+    def __enter__(self) -> MockLLMServer:
+        self.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    @property
+    def host(self) -> str:
+        return str(self._httpd.server_address[0])
+
+    @property
+    def port(self) -> int:
+        return int(self._httpd.server_address[1])
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def configure(
+        self, responses: list[dict], *, key: str = DEFAULT_KEY, match: str | None = None
+    ) -> None:
+        self._store.configure(responses, key=key, match=match)
+
+    def reset(self) -> None:
+        self._store.reset()
+
+    @property
+    def requests(self) -> list[dict]:
+        return self._store.requests
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry: print the URL line for the parent process, serve until SIGTERM/SIGINT."""
+    parser = argparse.ArgumentParser(description="Scripted OpenAI-compatible mock LLM server")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    server = MockLLMServer(host=args.host, port=args.port)
+    stop_requested = threading.Event()
+
+    def _on_signal(_signum: int, _frame: object) -> None:
+        stop_requested.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+    server.start()
+    print(f"MOCKLLM_URL={server.base_url}", flush=True)
+    while not stop_requested.wait(timeout=0.5):
+        pass
+    server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

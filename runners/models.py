@@ -1,0 +1,50 @@
+"""The Runner: a process that dialled in, identified by its binding token's derived id."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class Runner(models.Model):
+    id = models.CharField(primary_key=True, max_length=64, editable=False)
+    name = models.CharField(max_length=128, blank=True, default="")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runners"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    # Set while a tunnel is connected: the consumer's channel and its connection generation.
+    channel_name = models.CharField(max_length=256, blank=True, default="")
+    generation = models.PositiveBigIntegerField(default=0)
+    connected_at = models.DateTimeField(null=True, blank=True)
+    disconnected_at = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    runner_version = models.CharField(max_length=64, blank=True, default="")
+    workspace = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["owner", "created_at"], name="runner_owner_created")]
+
+    def __str__(self) -> str:
+        return self.name or self.id
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    @property
+    def online(self) -> bool:
+        """Connected and heard from recently.
+
+        ``last_seen_at`` bounds the answer, so a server process that died holding the
+        tunnel cannot leave a runner reading online forever.
+        """
+        if self.is_revoked or not self.channel_name or self.last_seen_at is None:
+            return False
+        stale_after = timedelta(seconds=3 * settings.OMNIGENT_HEARTBEAT_S + 5)
+        return timezone.now() - self.last_seen_at <= stale_after

@@ -1,0 +1,268 @@
+"""Runner registration, tunnel bookkeeping, binding, and storing what runners report.
+
+The tunnel consumer and the views call these functions; nothing else writes Runner
+rows or applies runner events.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from rest_framework.exceptions import PermissionDenied, ValidationError
+
+from omnigent_site.authentication import get_or_create_user
+from sessions import runner_events
+from sessions.models import Response, Session
+from sessions.selectors import is_admin
+
+from .identity import derive_runner_id, new_binding_token
+from .models import Runner
+from .relay import notify
+
+log = logging.getLogger(__name__)
+
+# Refresh ``last_seen_at`` at most this often per tunnel: it bounds ``online``.
+SEEN_WRITE_INTERVAL = timedelta(seconds=5)
+
+
+# --- registration ---------------------------------------------------------------
+
+
+def register_runner(*, owner: AbstractBaseUser, name: str = "") -> tuple[Runner, str]:
+    """A new runner and its binding token (returned once, never stored)."""
+    token = new_binding_token()
+    runner = Runner.objects.create(id=derive_runner_id(token), owner=owner, name=name)
+    return runner, token
+
+
+def revoke_runner(*, runner: Runner) -> None:
+    """The token stops connecting and a live tunnel is closed."""
+    channel = runner.channel_name
+    runner.revoked_at = timezone.now()
+    runner.save(update_fields=["revoked_at"])
+    if channel:
+        async_to_sync(notify)(channel_name=channel, message={"type": "tunnel.revoked"})
+
+
+def _is_loopback(host: str | None) -> bool:
+    try:
+        return ipaddress.ip_address((host or "").strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class TunnelAuthorization:
+    runner: Runner | None
+    reason: str
+
+
+def authorize_tunnel(
+    *, path_runner_id: str, token: str | None, peer_host: str | None
+) -> TunnelAuthorization:
+    """Decide whether a tunnel handshake may proceed (tunnel.md, Identity).
+
+    The token itself is never logged or stored; only the id derived from it.
+    """
+    if not token or not token.strip():
+        return TunnelAuthorization(None, "no binding token")
+    derived = derive_runner_id(token)
+    if derived != path_runner_id:
+        return TunnelAuthorization(None, "the path id does not match the token")
+    runner = Runner.objects.filter(pk=derived).first()
+    if runner is not None:
+        if runner.is_revoked:
+            return TunnelAuthorization(None, "the runner is revoked")
+        return TunnelAuthorization(runner, "registered runner")
+    allow_list = {entry.strip() for entry in settings.OMNIGENT_RUNNER_TUNNEL_TOKEN if entry.strip()}
+    if token.strip() in allow_list:
+        owner = get_or_create_user(settings.OMNIGENT_RUNNER_OWNER)
+        runner, _ = Runner.objects.get_or_create(id=derived, defaults={"owner": owner})
+        return TunnelAuthorization(runner, "allow-listed token")
+    if settings.OMNIGENT_LOCAL_SINGLE_USER and _is_loopback(peer_host):
+        owner = get_or_create_user(settings.OMNIGENT_LOCAL_USER)
+        runner, _ = Runner.objects.get_or_create(id=derived, defaults={"owner": owner})
+        return TunnelAuthorization(runner, "local single-user mode")
+    return TunnelAuthorization(None, "unknown runner")
+
+
+# --- tunnel lifecycle -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Connection:
+    generation: int
+    replaced_channel: str
+
+
+def mark_connected(
+    *, runner_id: str, channel_name: str, runner_version: str, workspace: dict[str, Any]
+) -> Connection:
+    """Record a new live tunnel; the newest connection wins."""
+    now = timezone.now()
+    with transaction.atomic():
+        runner = Runner.objects.select_for_update().get(pk=runner_id)
+        replaced = runner.channel_name
+        runner.generation = F("generation") + 1
+        runner.channel_name = channel_name
+        runner.connected_at = now
+        runner.last_seen_at = now
+        runner.disconnected_at = None
+        runner.runner_version = runner_version[:64]
+        runner.workspace = workspace
+        runner.save(
+            update_fields=[
+                "generation",
+                "channel_name",
+                "connected_at",
+                "last_seen_at",
+                "disconnected_at",
+                "runner_version",
+                "workspace",
+            ]
+        )
+        runner.refresh_from_db(fields=["generation"])
+    return Connection(
+        generation=runner.generation, replaced_channel=replaced if replaced != channel_name else ""
+    )
+
+
+def mark_seen(*, runner_id: str, generation: int) -> None:
+    Runner.objects.filter(pk=runner_id, generation=generation).update(last_seen_at=timezone.now())
+
+
+def mark_disconnected(*, runner_id: str, generation: int) -> bool:
+    """Clear the live tunnel if it is still this connection's; False when superseded."""
+    updated = Runner.objects.filter(pk=runner_id, generation=generation).update(
+        channel_name="", disconnected_at=timezone.now()
+    )
+    return bool(updated)
+
+
+def fail_sessions_after_grace(*, runner_id: str, generation: int) -> list[str]:
+    """After the reconnect grace: fail the runner's busy sessions if it is still gone."""
+    runner = Runner.objects.filter(pk=runner_id).first()
+    if runner is None or runner.generation != generation or runner.channel_name:
+        return []
+    failed: list[str] = []
+    busy = Session.objects.filter(
+        runner_id=runner_id, status__in=[Session.Status.RUNNING, Session.Status.WAITING]
+    ).values_list("id", flat=True)
+    for session_id in busy:
+        runner_events.fail_open_turns(
+            session_id=session_id,
+            code="runner_disconnected",
+            message="the runner disconnected and did not come back within the grace period",
+        )
+        failed.append(session_id)
+    return failed
+
+
+@dataclass(frozen=True)
+class SessionResume:
+    session_id: str
+    last_acked_seq: int
+    open_command: dict[str, Any]
+    turn_commands: list[dict[str, Any]]
+
+
+def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[SessionResume]:
+    """For ``welcome``: every bound session, and what to re-send for those the runner lacks.
+
+    A runner that restarted holds no sessions: it gets ``session.open`` with the
+    stored history and ``turn.start`` again for every turn still open.
+    """
+    resumes: list[SessionResume] = []
+    for session in Session.objects.filter(runner_id=runner_id).select_related("agent"):
+        if session.id in open_sessions:
+            resumes.append(SessionResume(session.id, session.last_runner_seq, {}, []))
+            continue
+        open_turns = list(
+            Response.objects.filter(session=session, status__in=Response.OPEN_STATUSES).order_by(
+                "created_at", "id"
+            )
+        )
+        resumes.append(
+            SessionResume(
+                session_id=session.id,
+                last_acked_seq=session.last_runner_seq,
+                open_command=runner_events.session_open_command(session=session),
+                turn_commands=[
+                    runner_events.turn_start_command(response=turn) for turn in open_turns
+                ],
+            )
+        )
+    return resumes
+
+
+def record_runner_event(*, runner_id: str, session_id: str, seq: int, event: dict[str, Any]) -> int:
+    """Store one runner event once; returns the cumulative seq to acknowledge."""
+    return runner_events.record(runner_id=runner_id, session_id=session_id, seq=seq, event=event)
+
+
+# --- binding ----------------------------------------------------------------------
+
+
+def bind_session_runner(*, session: Session, actor: AbstractBaseUser, runner_id: str) -> Session:
+    """Bind (or with ``""`` unbind) the session's runner; last write wins."""
+    previous = session.runner
+    if runner_id == "":
+        Session.objects.filter(pk=session.pk).update(runner=None, updated_at=timezone.now())
+        if previous is not None and previous.channel_name:
+            close_session_on_runner(session=session)
+        session.refresh_from_db()
+        return session
+    runner = Runner.objects.filter(pk=runner_id).first()
+    if runner is None or not runner.online:
+        raise ValidationError({"runner_id": [f"runner '{runner_id}' is not registered"]})
+    if runner.owner_id != actor.pk and not is_admin(actor):
+        raise PermissionDenied("the runner belongs to another user")
+    Session.objects.filter(pk=session.pk).update(
+        runner=runner, runner_generation_opened=0, updated_at=timezone.now()
+    )
+    if previous is not None and previous.pk != runner.pk and previous.channel_name:
+        close_session_on_runner(session=session, runner=previous)
+    session.refresh_from_db()
+    async_to_sync(notify)(
+        channel_name=runner.channel_name,
+        message={
+            "type": "tunnel.command",
+            "command": runner_events.session_open_command(session=session),
+            "reply_channel": None,
+        },
+    )
+    return session
+
+
+def close_session_on_runner(*, session: Session, runner: Runner | None = None) -> None:
+    """Best effort ``session.close``: an offline runner never blocks a delete or unbind."""
+    target = runner or session.runner
+    if target is None or not target.channel_name:
+        return
+    async_to_sync(notify)(
+        channel_name=target.channel_name,
+        message={
+            "type": "tunnel.command",
+            "command": {"type": "session.close", "session_id": session.id},
+            "reply_channel": None,
+        },
+    )
+
+
+def runners_visible_to(*, user: AbstractBaseUser) -> Any:
+    queryset = Runner.objects.select_related("owner")
+    return queryset if is_admin(user) else queryset.filter(owner=user)
+
+
+def seen_is_due(last_write: Any, now: Any) -> bool:
+    return last_write is None or now - last_write >= SEEN_WRITE_INTERVAL

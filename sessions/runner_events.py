@@ -1,0 +1,355 @@
+"""Turn and session state driven by the runner, and the commands that start turns.
+
+``record`` stores each runner event once per ``(session_id, seq)`` and applies it:
+items, turn status, session status (with sticky ``failed``), file changes, and an
+entry in the session event log for watchers. Views call ``accept_message`` and
+``fail_turn``; the tunnel consumer calls ``record``. Nothing else writes these facts.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from omnigent_site.ids import new_item_id
+from omnigent_site.timeutil import unix
+
+from . import blobs
+from .eventlog import record_event
+from .models import Item, Response, Session
+
+log = logging.getLogger(__name__)
+
+ITEM_HEADER_KEYS = {"id", "type", "status", "response_id", "created_at", "created_by"}
+TURN_END_TYPES = {
+    "response.completed": Response.Status.COMPLETED,
+    "response.failed": Response.Status.FAILED,
+    "response.cancelled": Response.Status.CANCELLED,
+}
+
+
+class MalformedEvent(ValueError):
+    """A runner event that cannot be applied; it is logged, acknowledged and skipped."""
+
+
+# --- commands ---------------------------------------------------------------------
+
+
+def session_open_command(*, session: Session) -> dict[str, Any]:
+    agent = session.agent
+    bundle = blobs.read_bundle(agent.bundle_sha256)
+    history = [item.flat() for item in Item.objects.filter(session=session).order_by("seq")]
+    return {
+        "type": "session.open",
+        "session_id": session.id,
+        "agent": {
+            "id": agent.id,
+            "version": agent.version,
+            "bundle_b64": base64.b64encode(bundle).decode("ascii"),
+        },
+        "history": history,
+    }
+
+
+def turn_start_command(*, response: Response) -> dict[str, Any]:
+    inputs = Item.objects.filter(response=response, data__role="user").order_by("seq")
+    return {
+        "type": "turn.start",
+        "session_id": response.session_id,
+        "response_id": response.id,
+        "input": [item.flat() for item in inputs],
+        "tools": response.tools or [],
+    }
+
+
+# --- event payloads for watchers --------------------------------------------------
+
+
+def response_payload(response: Response, *, model: str) -> dict[str, Any]:
+    output = [item.flat() for item in response.items.exclude(data__role="user").order_by("seq")]
+    return {
+        "id": response.id,
+        "object": "response",
+        "status": response.status,
+        "model": model,
+        "created_at": unix(response.created_at),
+        "output": output,
+        "error": response.error,
+    }
+
+
+def _status_event(session: Session) -> dict[str, Any]:
+    return {
+        "type": "session.status",
+        "session_id": session.id,
+        "conversation_id": session.id,
+        "status": session.status,
+        "response_id": session.active_response_id,
+        "error": session.last_task_error,
+    }
+
+
+def _set_session_state(
+    session: Session, *, status: str, response_id: str | None, error: dict | None = None
+) -> None:
+    """The one writer of session status; records ``session.status`` when it changes."""
+    if status == Session.Status.IDLE and session.status == Session.Status.FAILED:
+        # Sticky: a failure stays visible until the next turn starts.
+        status, error = Session.Status.FAILED, session.last_task_error
+        response_id = None
+    if status in (Session.Status.RUNNING, Session.Status.IDLE):
+        error = None
+    if (session.status, session.active_response_id, session.last_task_error) == (
+        status,
+        response_id,
+        error,
+    ):
+        return
+    session.status = status
+    session.active_response_id = response_id
+    session.last_task_error = error
+    session.save(update_fields=["status", "active_response_id", "last_task_error", "updated_at"])
+    record_event(session_id=session.id, payload=_status_event(session))
+
+
+def _finish_turn(response: Response, *, status: str, error: dict | None, model: str) -> None:
+    if not response.is_open:
+        return
+    response.status = status
+    response.error = error
+    response.completed_at = timezone.now()
+    response.save(update_fields=["status", "error", "completed_at"])
+    event_type = {
+        Response.Status.COMPLETED: "response.completed",
+        Response.Status.FAILED: "response.failed",
+        Response.Status.CANCELLED: "response.cancelled",
+    }[status]
+    record_event(
+        session_id=response.session_id,
+        payload={"type": event_type, "response": response_payload(response, model=model)},
+    )
+
+
+# --- views: accepting a user message ------------------------------------------------
+
+
+def accept_message(
+    *, session_id: str, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
+) -> tuple[Item, Response]:
+    """Store the user item and its queued turn, and tell watchers the input was consumed."""
+    with transaction.atomic():
+        session = Session.objects.select_for_update().get(pk=session_id)
+        response = Response.objects.create(session=session, tools=tools)
+        item = Item.objects.create(
+            session=session,
+            id=new_item_id(),
+            response=response,
+            type="message",
+            status="completed",
+            data=data,
+            created_by=created_by,
+        )
+        record_event(
+            session_id=session.id,
+            payload={
+                "type": "session.input.consumed",
+                "data": {"item_id": item.id, "type": item.type, "data": item.data},
+            },
+        )
+        if session.status in (Session.Status.IDLE, Session.Status.FAILED):
+            _set_session_state(session, status=Session.Status.RUNNING, response_id=response.id)
+    return item, response
+
+
+def fail_turn(*, session_id: str, response_id: str, code: str, message: str) -> None:
+    """End one turn as failed and make the session show the error."""
+    error = {"code": code, "message": message}
+    with transaction.atomic():
+        session = Session.objects.select_for_update().select_related("agent").get(pk=session_id)
+        response = Response.objects.filter(pk=response_id, session=session).first()
+        if response is not None:
+            _finish_turn(
+                response, status=Response.Status.FAILED, error=error, model=session.agent.model
+            )
+        _set_session_state(session, status=Session.Status.FAILED, response_id=None, error=error)
+
+
+def fail_open_turns(*, session_id: str, code: str, message: str) -> None:
+    error = {"code": code, "message": message}
+    with transaction.atomic():
+        session = Session.objects.select_for_update().select_related("agent").get(pk=session_id)
+        for response in Response.objects.filter(session=session, status__in=Response.OPEN_STATUSES):
+            _finish_turn(
+                response, status=Response.Status.FAILED, error=error, model=session.agent.model
+            )
+        _set_session_state(session, status=Session.Status.FAILED, response_id=None, error=error)
+
+
+def mark_session_opened(*, session_id: str, generation: int) -> None:
+    Session.objects.filter(pk=session_id).update(runner_generation_opened=generation)
+
+
+# --- the consumer: runner events ------------------------------------------------------
+
+
+def record(*, runner_id: str, session_id: str, seq: int, event: dict[str, Any]) -> int:
+    """Apply runner event ``seq`` of ``session_id`` once; returns the seq to acknowledge.
+
+    A duplicate (``seq`` already stored) changes nothing. Events for a session
+    that is gone or bound to another runner are acknowledged and dropped, so the
+    runner does not hold them forever.
+    """
+    with transaction.atomic():
+        session = (
+            Session.objects.select_for_update()
+            .select_related("agent")
+            .filter(pk=session_id, runner_id=runner_id)
+            .first()
+        )
+        if session is None:
+            log.info("dropped event %s for session %s not bound to %s", seq, session_id, runner_id)
+            return seq
+        if seq <= session.last_runner_seq:
+            return session.last_runner_seq
+        if seq > session.last_runner_seq + 1:
+            log.warning(
+                "session %s: runner events jumped from %s to %s",
+                session_id,
+                session.last_runner_seq,
+                seq,
+            )
+        try:
+            _apply(session, event)
+        except MalformedEvent as exc:
+            log.warning("session %s: skipped malformed runner event %s: %s", session_id, seq, exc)
+        session.last_runner_seq = seq
+        session.save(update_fields=["last_runner_seq"])
+        return seq
+
+
+def _str(event: dict[str, Any], key: str, *, required: bool = True) -> str | None:
+    value = event.get(key)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value:
+        raise MalformedEvent(f"{event.get('type')}: '{key}' must be a non-empty string")
+    return value
+
+
+def _error(event: dict[str, Any]) -> dict[str, str] | None:
+    error = event.get("error")
+    if error is None:
+        return None
+    if not isinstance(error, dict):
+        raise MalformedEvent("'error' must be an object")
+    return {"code": str(error.get("code") or "error"), "message": str(error.get("message") or "")}
+
+
+def _turn(session: Session, response_id: str | None) -> Response | None:
+    if not response_id:
+        return None
+    return Response.objects.filter(pk=response_id, session=session).first()
+
+
+def _apply(session: Session, event: dict[str, Any]) -> None:
+    if not isinstance(event, dict):
+        raise MalformedEvent("an event must be an object")
+    kind = event.get("type")
+    model = session.agent.model
+    if kind == "session.status":
+        _apply_status(session, event)
+    elif kind == "response.created":
+        response = _turn(session, _str(event, "response_id"))
+        if response is None:
+            raise MalformedEvent("response.created for an unknown response")
+        if response.status == Response.Status.QUEUED:
+            response.status = Response.Status.IN_PROGRESS
+            response.save(update_fields=["status"])
+        record_event(
+            session_id=session.id,
+            payload={
+                "type": "response.created",
+                "response": response_payload(response, model=model),
+            },
+        )
+    elif kind == "response.output_text.delta":
+        delta = event.get("delta")
+        if not isinstance(delta, str):
+            raise MalformedEvent("'delta' must be a string")
+        record_event(
+            session_id=session.id,
+            payload={
+                "type": "response.output_text.delta",
+                "response_id": _str(event, "response_id"),
+                "item_id": _str(event, "item_id"),
+                "delta": delta,
+            },
+        )
+    elif kind == "response.output_item.done":
+        _apply_item(session, event)
+    elif kind in TURN_END_TYPES:
+        response = _turn(session, _str(event, "response_id"))
+        if response is None:
+            raise MalformedEvent(f"{kind} for an unknown response")
+        _finish_turn(response, status=TURN_END_TYPES[kind], error=_error(event), model=model)
+    elif kind == "workspace.changes":
+        from workspaces.services import apply_workspace_changes
+
+        try:
+            environment_id = apply_workspace_changes(session=session, payload=event)
+        except ValueError as exc:
+            raise MalformedEvent(str(exc)) from exc
+        record_event(
+            session_id=session.id,
+            payload={
+                "type": "session.changed_files.invalidated",
+                "session_id": session.id,
+                "environment_id": environment_id,
+            },
+        )
+    else:
+        raise MalformedEvent(f"unknown event type {kind!r}")
+
+
+def _apply_status(session: Session, event: dict[str, Any]) -> None:
+    status = event.get("status")
+    if status not in Session.Status.values:
+        raise MalformedEvent(f"unknown session status {status!r}")
+    response_id = _str(event, "response_id", required=False)
+    error = _error(event)
+    if status == Session.Status.FAILED and error is None:
+        error = {"code": "failed", "message": "the turn failed"}
+    if status == Session.Status.IDLE:
+        response_id = None
+    _set_session_state(session, status=status, response_id=response_id, error=error)
+
+
+def _apply_item(session: Session, event: dict[str, Any]) -> None:
+    response = _turn(session, _str(event, "response_id"))
+    raw = event.get("item")
+    if not isinstance(raw, dict):
+        raise MalformedEvent("'item' must be an object")
+    item_id = _str(raw, "id")
+    item_type = _str(raw, "type")
+    status = raw.get("status") if isinstance(raw.get("status"), str) else "completed"
+    data = {key: value for key, value in raw.items() if key not in ITEM_HEADER_KEYS}
+    item, created = Item.objects.get_or_create(
+        session=session,
+        id=item_id,
+        defaults={"type": item_type, "status": status, "data": data, "response": response},
+    )
+    if not created:
+        item.status, item.data = status, data
+        item.save(update_fields=["status", "data"])
+    record_event(
+        session_id=session.id,
+        payload={
+            "type": "response.output_item.done",
+            "response_id": response.id if response else event.get("response_id"),
+            "item": item.flat(),
+        },
+    )

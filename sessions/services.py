@@ -1,0 +1,258 @@
+"""Every write to agents, sessions, items and grants goes through these functions."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+
+from omnigent_site.authentication import get_or_create_user
+from omnigent_site.errors import Conflict
+from omnigent_site.ids import new_item_id
+
+from . import blobs
+from .bundles import Bundle, BundleError, parse_bundle
+from .eventlog import publish_session_end
+from .models import Agent, Item, Permission, Session
+
+log = logging.getLogger(__name__)
+
+UNSET: Any = object()
+
+
+# --- agents ---------------------------------------------------------------------
+
+
+def parse_uploaded_bundle(*, data: bytes) -> Bundle:
+    """Validate bundle bytes; a bad bundle is a 400 that says why."""
+    try:
+        return parse_bundle(data)
+    except BundleError as exc:
+        raise ValidationError({"bundle": [str(exc)]}) from exc
+
+
+def _agent_from_bundle(*, bundle: Bundle, kind: str, user: AbstractBaseUser | None) -> Agent:
+    spec = bundle.spec
+    return Agent.objects.create(
+        kind=kind,
+        name=spec.name,
+        description=spec.description,
+        model=spec.model or "",
+        spec=spec.public_dict(),
+        bundle_sha256=bundle.sha256,
+        bundle_size=bundle.size,
+        created_by=user,
+    )
+
+
+def _forget_blob_unless_used(sha256: str) -> None:
+    if not Agent.objects.filter(bundle_sha256=sha256).exists():
+        blobs.remove_bundle(sha256)
+
+
+def create_template_agent(*, data: bytes, user: AbstractBaseUser) -> Agent:
+    bundle = parse_uploaded_bundle(data=data)
+    name = bundle.spec.name
+    if Agent.objects.filter(kind=Agent.Kind.TEMPLATE, name=name, deleted_at__isnull=True).exists():
+        raise Conflict(f"an agent named {name!r} already exists")
+    created_blob = blobs.store_bundle(sha256=bundle.sha256, data=data)
+    try:
+        with transaction.atomic():
+            return _agent_from_bundle(bundle=bundle, kind=Agent.Kind.TEMPLATE, user=user)
+    except IntegrityError as exc:
+        if created_blob:
+            _forget_blob_unless_used(bundle.sha256)
+        raise Conflict(f"an agent named {name!r} already exists") from exc
+    except BaseException:
+        if created_blob:
+            _forget_blob_unless_used(bundle.sha256)
+        raise
+
+
+def delete_template_agent(*, agent: Agent, user: AbstractBaseUser, is_admin: bool) -> None:
+    """Hide a template. Sessions created from it keep it, so it is not removed."""
+    if agent.kind != Agent.Kind.TEMPLATE:
+        raise NotFound(f"agent {agent.id!r} not found")
+    if not is_admin and agent.created_by_id != user.pk:
+        raise PermissionDenied("only the agent's creator or an admin can delete it")
+    with transaction.atomic():
+        removed = not agent.sessions.exists()
+        if removed:
+            agent.delete()
+        else:
+            agent.deleted_at = timezone.now()
+            agent.save(update_fields=["deleted_at"])
+    if removed:
+        _forget_blob_unless_used(agent.bundle_sha256)
+
+
+# --- sessions -------------------------------------------------------------------
+
+
+def _grant_owner(*, session: Session, user: AbstractBaseUser) -> None:
+    Permission.objects.create(session=session, user=user, level=Permission.Level.OWNER)
+
+
+def normalise_initial_item(raw: dict[str, Any]) -> dict[str, Any]:
+    """Split a flat item into its header and type fields; reject what cannot be stored."""
+    if not isinstance(raw, dict):
+        raise ValidationError({"initial_items": ["each item must be an object"]})
+    item_type = raw.get("type")
+    if not isinstance(item_type, str) or not item_type:
+        raise ValidationError({"initial_items": ["each item needs a string 'type'"]})
+    data = {
+        key: value
+        for key, value in raw.items()
+        if key not in {"id", "type", "status", "response_id", "created_at", "created_by"}
+    }
+    if item_type == "message":
+        data = normalise_message(data, field="initial_items")
+    item_id = raw.get("id") or new_item_id()
+    if not isinstance(item_id, str) or len(item_id) > 128:
+        raise ValidationError(
+            {"initial_items": ["an item 'id' must be a string of 128 characters or fewer"]}
+        )
+    status = raw.get("status") or "completed"
+    if not isinstance(status, str):
+        raise ValidationError({"initial_items": ["an item 'status' must be a string"]})
+    return {"id": item_id, "type": item_type, "status": status, "data": data}
+
+
+def normalise_message(data: dict[str, Any], *, field: str) -> dict[str, Any]:
+    """A message's ``role`` and ``content`` in the list-of-parts form."""
+    role = data.get("role", "user")
+    if role not in {"user", "assistant", "system", "developer"}:
+        raise ValidationError({field: [f"unknown message role {role!r}"]})
+    content = data.get("content")
+    if isinstance(content, str):
+        part_type = "output_text" if role == "assistant" else "input_text"
+        content = [{"type": part_type, "text": content}]
+    if not isinstance(content, list) or not content:
+        raise ValidationError({field: ["a message needs 'content': a string or a list of parts"]})
+    for part in content:
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise ValidationError({field: ["each content part must be an object with a 'type'"]})
+        if part["type"] in {"input_text", "output_text", "text"} and not isinstance(
+            part.get("text"), str
+        ):
+            raise ValidationError({field: [f"a {part['type']} part needs a string 'text'"]})
+    return {**data, "role": role, "content": content}
+
+
+def create_session(
+    *,
+    user: AbstractBaseUser,
+    agent: Agent,
+    title: str | None = None,
+    labels: dict[str, str] | None = None,
+    initial_items: list[dict[str, Any]] | None = None,
+) -> Session:
+    username = user.get_username()
+    prepared = [normalise_initial_item(raw) for raw in initial_items or []]
+    if len({item["id"] for item in prepared}) != len(prepared):
+        raise ValidationError({"initial_items": ["item ids must be unique"]})
+    with transaction.atomic():
+        session = Session.objects.create(
+            agent=agent, title=title, labels=labels or {}, created_by=user
+        )
+        _grant_owner(session=session, user=user)
+        Item.objects.bulk_create(
+            [
+                Item(
+                    session=session,
+                    id=item["id"],
+                    type=item["type"],
+                    status=item["status"],
+                    data=item["data"],
+                    created_by=username if item["data"].get("role", "user") == "user" else None,
+                )
+                for item in prepared
+            ]
+        )
+    return session
+
+
+def create_session_from_bundle(
+    *,
+    user: AbstractBaseUser,
+    data: bytes,
+    title: str | None = None,
+    labels: dict[str, str] | None = None,
+) -> Session:
+    """The session and its private agent in one transaction; a bad bundle writes nothing."""
+    bundle = parse_uploaded_bundle(data=data)
+    created_blob = blobs.store_bundle(sha256=bundle.sha256, data=data)
+    try:
+        with transaction.atomic():
+            agent = _agent_from_bundle(bundle=bundle, kind=Agent.Kind.SESSION, user=user)
+            return create_session(user=user, agent=agent, title=title, labels=labels)
+    except BaseException:
+        if created_blob:
+            _forget_blob_unless_used(bundle.sha256)
+        raise
+
+
+def update_session(*, session: Session, title: Any = UNSET, labels: Any = UNSET) -> Session:
+    fields = ["updated_at"]
+    if title is not UNSET:
+        session.title = title
+        fields.append("title")
+    if labels is not UNSET:
+        session.labels = labels
+        fields.append("labels")
+    session.save(update_fields=fields)
+    return session
+
+
+def delete_session(*, session: Session) -> None:
+    """Delete the session and everything it owns; watchers' streams end."""
+    session_id = session.id
+    agent = session.agent
+    with transaction.atomic():
+        session.delete()
+        if agent.kind == Agent.Kind.SESSION and not agent.sessions.exists():
+            agent.delete()
+        elif agent.deleted_at is not None and not agent.sessions.exists():
+            agent.delete()
+        transaction.on_commit(
+            lambda: publish_session_end(session_id=session_id, reason="session deleted")
+        )
+    if not Agent.objects.filter(pk=agent.pk).exists():
+        _forget_blob_unless_used(agent.bundle_sha256)
+
+
+# --- grants ---------------------------------------------------------------------
+
+
+def grant_permission(
+    *, session: Session, actor: AbstractBaseUser, user_id: str, level: int
+) -> Permission:
+    """Upsert another user's grant (levels 1–3); the owner's grant is fixed."""
+    if user_id == actor.get_username():
+        raise PermissionDenied("you cannot change your own permission")
+    if not 1 <= level <= 3:
+        raise ValidationError({"level": ["must be 1 (read), 2 (edit) or 3 (manage)"]})
+    target = get_or_create_user(user_id)
+    with transaction.atomic():
+        grant = Permission.objects.select_for_update().filter(session=session, user=target).first()
+        if grant is not None and grant.level == Permission.Level.OWNER:
+            raise PermissionDenied("the owner's permission cannot be changed")
+        if grant is None:
+            grant = Permission.objects.create(session=session, user=target, level=level)
+        else:
+            grant.level = level
+            grant.save(update_fields=["level"])
+    return grant
+
+
+def revoke_permission(*, session: Session, user_id: str) -> None:
+    grant = Permission.objects.filter(session=session, user__username=user_id).first()
+    if grant is None:
+        raise NotFound(f"user {user_id!r} has no permission on this session")
+    if grant.level == Permission.Level.OWNER:
+        raise PermissionDenied("the owner cannot be revoked or leave the session")
+    grant.delete()

@@ -1,0 +1,38 @@
+from django.urls import path
+
+from . import event_views, views
+
+urlpatterns = [
+    path("me", views.MeView.as_view(), name="me"),
+    path("agents", views.AgentListView.as_view(), name="agent-list"),
+    path("agents/<str:agent_id>", views.AgentDetailView.as_view(), name="agent-detail"),
+    path("sessions", views.SessionListView.as_view(), name="session-list"),
+    path("sessions/<str:session_id>", views.SessionDetailView.as_view(), name="session-detail"),
+    path("sessions/<str:session_id>/items", views.SessionItemsView.as_view(), name="session-items"),
+    path("sessions/<str:session_id>/agent", views.SessionAgentView.as_view(), name="session-agent"),
+    path(
+        "sessions/<str:session_id>/events",
+        event_views.SessionEventsView.as_view(),
+        name="session-events",
+    ),
+    path(
+        "sessions/<str:session_id>/responses",
+        views.ResponseListView.as_view(),
+        name="session-responses",
+    ),
+    path(
+        "sessions/<str:session_id>/responses/<str:response_id>",
+        views.ResponseDetailView.as_view(),
+        name="session-response",
+    ),
+    path(
+        "sessions/<str:session_id>/permissions",
+        views.PermissionListView.as_view(),
+        name="session-permissions",
+    ),
+    path(
+        "sessions/<str:session_id>/permissions/<str:user_id>",
+        views.PermissionDetailView.as_view(),
+        name="session-permission",
+    ),
+]

@@ -1,0 +1,640 @@
+"""The runner's tunnel client against a scripted in-process WebSocket server.
+
+The fake server and the recording executor exist only here: they let each test play the
+server's side of tunnel.md frame by frame and check exactly what the runner sends and
+which executor calls it makes. Every wait has a deadline; nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.http11 import Request, Response
+
+from runners.client import PROTOCOL_VERSION, RUNNER_VERSION
+from runners.client.config import RunnerConfig
+from runners.client.executor import CommandRejected, EventSink
+from runners.client.tunnel import TOKEN_HEADER, RunnerTunnel
+from runners.identity import derive_runner_id
+
+pytestmark = pytest.mark.timeout(30)
+
+TOKEN = "tunnel-test-token-0123456789"
+RUNNER_ID = derive_runner_id(TOKEN)
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEADLINE = 5.0
+
+
+# --------------------------------------------------------------------- fakes
+
+
+class RecordingExecutor:
+    """Records every call; ``errors[method]`` makes that method raise."""
+
+    def __init__(self) -> None:
+        self.sink: EventSink | None = None
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.open_ids: list[str] = []
+        self.errors: dict[str, Exception] = {}
+        self.rpc_results: dict[str, Any] = {}
+        self.shutdowns = 0
+
+    def bind(self, sink: EventSink) -> None:
+        self.sink = sink
+
+    def open_session_ids(self) -> list[str]:
+        return list(self.open_ids)
+
+    async def _record(self, name: str, /, **kwargs: Any) -> None:
+        self.calls.append((name, kwargs))
+        if name in self.errors:
+            raise self.errors[name]
+
+    async def open_session(
+        self, *, session_id: str, agent: dict[str, Any], history: list[dict[str, Any]]
+    ) -> None:
+        await self._record("open_session", session_id=session_id, agent=agent, history=history)
+
+    async def start_turn(
+        self,
+        *,
+        session_id: str,
+        response_id: str,
+        input: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+    ) -> None:
+        await self._record(
+            "start_turn", session_id=session_id, response_id=response_id, input=input, tools=tools
+        )
+
+    async def tool_result(self, *, session_id: str, call_id: str, output: str) -> None:
+        await self._record("tool_result", session_id=session_id, call_id=call_id, output=output)
+
+    async def interrupt(self, *, session_id: str) -> None:
+        await self._record("interrupt", session_id=session_id)
+
+    async def close_session(self, *, session_id: str) -> None:
+        await self._record("close_session", session_id=session_id)
+
+    async def rpc(self, *, method: str, params: dict[str, Any]) -> Any:
+        await self._record("rpc", method=method, params=params)
+        return self.rpc_results.get(method)
+
+    async def shutdown(self) -> None:
+        self.shutdowns += 1
+
+
+class FakeServer:
+    """Accepts tunnels and hands each connection to the test, which scripts it."""
+
+    def __init__(self) -> None:
+        self.connections: asyncio.Queue[ServerConnection] = asyncio.Queue()
+        self.refuse_status: int | None = None
+        self.port = 0
+
+    def process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        if self.refuse_status is not None:
+            return connection.respond(self.refuse_status, "refused\n")
+        return None
+
+    async def handler(self, ws: ServerConnection) -> None:
+        await self.connections.put(ws)
+        await ws.wait_closed()
+
+    async def accept(self) -> ServerConnection:
+        return await asyncio.wait_for(self.connections.get(), DEADLINE)
+
+
+async def recv_frame(ws: ServerConnection) -> dict[str, Any]:
+    return json.loads(await asyncio.wait_for(ws.recv(), DEADLINE))
+
+
+async def send_frame(ws: ServerConnection, frame: dict[str, Any]) -> None:
+    await ws.send(json.dumps(frame))
+
+
+async def handshake(
+    ws: ServerConnection,
+    sessions: list[dict[str, Any]] | None = None,
+    heartbeat_s: float = 20,
+) -> dict[str, Any]:
+    """Play the server's side of hello/welcome; return the runner's hello."""
+    hello = await recv_frame(ws)
+    assert hello["type"] == "hello"
+    await send_frame(
+        ws,
+        {
+            "type": "welcome",
+            "runner_id": RUNNER_ID,
+            "heartbeat_s": heartbeat_s,
+            "sessions": sessions or [],
+        },
+    )
+    return hello
+
+
+async def round_trip(ws: ServerConnection, ts: int = 1) -> None:
+    """Ping and wait for the pong: frames are handled in order, so everything sent
+    before the ping has been handled by then."""
+    await send_frame(ws, {"type": "ping", "ts": ts})
+    assert await recv_frame(ws) == {"type": "pong", "ts": ts}
+
+
+# ------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeServer]:
+    fake = FakeServer()
+    async with serve(fake.handler, "127.0.0.1", 0, process_request=fake.process_request) as srv:
+        fake.port = srv.sockets[0].getsockname()[1]
+        yield fake
+
+
+@pytest.fixture
+def executor() -> RecordingExecutor:
+    return RecordingExecutor()
+
+
+StartTunnel = Callable[..., Awaitable[tuple[RunnerTunnel, "asyncio.Task[int]"]]]
+
+
+@pytest.fixture
+async def start_tunnel(
+    server: FakeServer, executor: RecordingExecutor, tmp_path: Path
+) -> AsyncIterator[StartTunnel]:
+    started: list[tuple[RunnerTunnel, asyncio.Task[int]]] = []
+
+    async def start(
+        *, parent_pid: int | None = None, run: bool = True, **kwargs: Any
+    ) -> tuple[RunnerTunnel, asyncio.Task[int]]:
+        config = RunnerConfig(
+            server_url=f"http://127.0.0.1:{server.port}",
+            token=TOKEN,
+            runner_id=RUNNER_ID,
+            workspace=tmp_path,
+            parent_pid=parent_pid,
+        )
+        options: dict[str, Any] = {
+            "workspace_info": {"root": str(tmp_path), "vcs": "none"},
+            "capabilities": {"isolate_sessions": False},
+            "backoff_initial": 0.01,
+            "backoff_max": 0.05,
+            "open_timeout": 2.0,
+            "close_timeout": 1.0,
+            **kwargs,
+        }
+        tunnel = RunnerTunnel(config, executor, **options)
+        task = asyncio.create_task(tunnel.run())
+        started.append((tunnel, task))
+        return tunnel, task
+
+    yield start
+    for tunnel, task in started:
+        await asyncio.wait_for(tunnel.stop(), DEADLINE)
+        await asyncio.wait_for(task, DEADLINE)
+
+
+# --------------------------------------------------------------- handshake
+
+
+async def test_hello_carries_identity_workspace_and_open_sessions(
+    server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor, tmp_path: Path
+) -> None:
+    executor.open_ids = ["sess_held"]
+    await start_tunnel()
+    ws = await server.accept()
+    assert ws.request is not None
+    assert ws.request.path == f"/v1/runners/{RUNNER_ID}/tunnel"
+    assert ws.request.headers[TOKEN_HEADER] == TOKEN
+    hello = await handshake(ws)
+    assert hello == {
+        "type": "hello",
+        "protocol": PROTOCOL_VERSION,
+        "runner_version": RUNNER_VERSION,
+        "workspace": {"root": str(tmp_path), "vcs": "none"},
+        "capabilities": {"isolate_sessions": False},
+        "open_sessions": ["sess_held"],
+    }
+    assert executor.sink is not None
+
+
+async def test_ping_is_answered_with_pong(server: FakeServer, start_tunnel: StartTunnel) -> None:
+    await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws)
+    await send_frame(ws, {"type": "ping", "ts": 1234.5})
+    assert await recv_frame(ws) == {"type": "pong", "ts": 1234.5}
+
+
+# ------------------------------------------------------------------ commands
+
+
+async def test_commands_are_dispatched_and_acked_in_order(
+    server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
+) -> None:
+    await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws)
+    agent = {"id": "agent_1", "version": 2, "bundle_b64": "UEsDBA=="}
+    history = [{"type": "message", "role": "user", "content": "hi"}]
+    commands = [
+        {
+            "type": "session.open",
+            "id": "c1",
+            "session_id": "s1",
+            "agent": agent,
+            "history": history,
+        },
+        {
+            "type": "turn.start",
+            "id": "c2",
+            "session_id": "s1",
+            "response_id": "resp_1",
+            "input": [{"type": "message", "role": "user", "content": "go"}],
+            "tools": [{"type": "function", "name": "pick"}],
+        },
+        {
+            "type": "tool_result",
+            "id": "c3",
+            "session_id": "s1",
+            "call_id": "call_1",
+            "output": "42",
+        },
+        {"type": "turn.interrupt", "id": "c4", "session_id": "s1"},
+        {"type": "session.close", "id": "c5", "session_id": "s1"},
+    ]
+    for command in commands:
+        await send_frame(ws, command)
+    for command in commands:
+        assert await recv_frame(ws) == {"type": "ack", "id": command["id"]}
+    assert executor.calls == [
+        ("open_session", {"session_id": "s1", "agent": agent, "history": history}),
+        (
+            "start_turn",
+            {
+                "session_id": "s1",
+                "response_id": "resp_1",
+                "input": commands[1]["input"],
+                "tools": commands[1]["tools"],
+            },
+        ),
+        ("tool_result", {"session_id": "s1", "call_id": "call_1", "output": "42"}),
+        ("interrupt", {"session_id": "s1"}),
+        ("close_session", {"session_id": "s1"}),
+    ]
+
+
+async def test_rejected_and_failing_commands_are_nacked(
+    server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
+) -> None:
+    executor.errors["start_turn"] = CommandRejected("session_busy", "a turn is running")
+    executor.errors["interrupt"] = RuntimeError("boom")
+    await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws)
+    await send_frame(
+        ws, {"type": "turn.start", "id": 7, "session_id": "s1", "response_id": "r", "input": []}
+    )
+    assert await recv_frame(ws) == {
+        "type": "nack",
+        "id": 7,
+        "error": {"code": "session_busy", "message": "a turn is running"},
+    }
+    await send_frame(ws, {"type": "turn.interrupt", "id": 8, "session_id": "s1"})
+    assert await recv_frame(ws) == {
+        "type": "nack",
+        "id": 8,
+        "error": {"code": "internal_error", "message": "boom"},
+    }
+    await send_frame(ws, {"type": "session.open", "id": 9, "agent": {}})  # no session_id
+    nack = await recv_frame(ws)
+    assert nack["type"] == "nack" and nack["id"] == 9
+    assert nack["error"]["code"] == "invalid_command"
+    await round_trip(ws)  # the tunnel is still serving
+
+
+async def test_rpc_results(
+    server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
+) -> None:
+    executor.rpc_results["workspace.diff"] = {"diff": "+x"}
+    await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws)
+    await send_frame(
+        ws, {"type": "rpc", "id": "r1", "method": "workspace.diff", "params": {"path": "a"}}
+    )
+    assert await recv_frame(ws) == {
+        "type": "rpc.result",
+        "id": "r1",
+        "ok": True,
+        "result": {"diff": "+x"},
+    }
+    assert executor.calls[-1] == ("rpc", {"method": "workspace.diff", "params": {"path": "a"}})
+
+    executor.errors["rpc"] = CommandRejected("unknown_method", "no such method")
+    await send_frame(ws, {"type": "rpc", "id": "r2", "method": "nope", "params": {}})
+    assert await recv_frame(ws) == {
+        "type": "rpc.result",
+        "id": "r2",
+        "ok": False,
+        "error": {"code": "unknown_method", "message": "no such method"},
+    }
+
+
+async def test_malformed_and_binary_frames_are_ignored(
+    server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
+) -> None:
+    await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws)
+    await ws.send("{not json")
+    await ws.send(b"\x00\x01binary")
+    await ws.send("[1, 2, 3]")
+    await send_frame(ws, {"no": "type"})
+    await send_frame(ws, {"type": "mystery"})
+    await send_frame(ws, {"type": "event.ack", "session_id": 5, "seq": "x"})
+    await send_frame(ws, {"type": "turn.interrupt", "session_id": "s"})  # no id
+    await round_trip(ws, ts=99)
+    await send_frame(ws, {"type": "session.close", "id": "after", "session_id": "s1"})
+    assert await recv_frame(ws) == {"type": "ack", "id": "after"}
+    assert executor.calls == [("close_session", {"session_id": "s1"})]
+
+
+# -------------------------------------------------------------------- events
+
+
+async def test_unacked_events_are_resent_after_reconnect_and_acked_ones_are_not(
+    server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
+) -> None:
+    tunnel, _ = await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws)
+    tunnel.emit("s1", {"type": "response.created", "response_id": "r1"})
+    tunnel.emit("s1", {"type": "response.completed", "response_id": "r1"})
+    first = [await recv_frame(ws), await recv_frame(ws)]
+    assert [(f["type"], f["session_id"], f["seq"]) for f in first] == [
+        ("event", "s1", 1),
+        ("event", "s1", 2),
+    ]
+    assert first[0]["event"] == {"type": "response.created", "response_id": "r1"}
+    await ws.close(1011, "server restarting")  # before acknowledging anything
+
+    ws = await server.accept()
+    await handshake(ws, sessions=[{"session_id": "s1", "last_acked_seq": 0}])
+    again = [await recv_frame(ws), await recv_frame(ws)]
+    assert again == first
+    await send_frame(ws, {"type": "event.ack", "session_id": "s1", "seq": 2})
+    await round_trip(ws)
+    await ws.close(1011)
+
+    ws = await server.accept()
+    await handshake(ws, sessions=[{"session_id": "s1", "last_acked_seq": 2}])
+    await round_trip(ws)  # a resend would have arrived before the pong
+
+
+async def test_welcome_resync_continues_numbering_after_a_runner_restart(
+    server: FakeServer, start_tunnel: StartTunnel
+) -> None:
+    tunnel, _ = await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws, sessions=[{"session_id": "s9", "last_acked_seq": 5}])
+    await round_trip(ws)
+    tunnel.emit("s9", {"type": "session.status", "status": "running", "response_id": "r"})
+    frame = await recv_frame(ws)
+    assert (frame["session_id"], frame["seq"]) == ("s9", 6)
+
+
+async def test_events_emitted_while_disconnected_are_delivered_after_connect(
+    server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
+) -> None:
+    server.refuse_status = 503  # retryable: the runner keeps trying
+    tunnel, task = await start_tunnel()
+    assert executor.sink is tunnel
+    tunnel.emit("s1", {"type": "response.created", "response_id": "r1"})
+    executor.sink.emit("s2", {"type": "response.created", "response_id": "r2"})
+    assert not task.done()
+    server.refuse_status = None
+    ws = await server.accept()
+    await handshake(ws)
+    frames = [await recv_frame(ws), await recv_frame(ws)]
+    assert [(f["session_id"], f["seq"]) for f in frames] == [("s1", 1), ("s2", 1)]
+
+
+# ------------------------------------------------------------------ closures
+
+
+@pytest.mark.parametrize("code", [4001, 4002])
+async def test_fatal_close_codes_end_the_runner(
+    code: int,
+    server: FakeServer,
+    start_tunnel: StartTunnel,
+    executor: RecordingExecutor,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="runners")
+    _, task = await start_tunnel()
+    ws = await server.accept()
+    await recv_frame(ws)  # hello
+    await ws.close(code, "refused")
+    assert await asyncio.wait_for(task, DEADLINE) != 0
+    assert str(code) in caplog.text
+    assert executor.shutdowns == 1
+    assert server.connections.empty()
+
+
+async def test_refused_upgrade_is_fatal_and_never_logs_the_token(
+    server: FakeServer, start_tunnel: StartTunnel, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="runners")
+    server.refuse_status = 403
+    _, task = await start_tunnel()
+    assert await asyncio.wait_for(task, DEADLINE) == 2
+    assert "HTTP 403" in caplog.text
+    assert any(r.levelno == logging.ERROR for r in caplog.records)
+    assert TOKEN not in caplog.text
+
+
+async def test_replaced_connection_reconnects(
+    server: FakeServer, start_tunnel: StartTunnel, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="runners")
+    _, task = await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws)
+    await ws.close(4000, "replaced")
+    ws = await server.accept()
+    await handshake(ws)
+    await round_trip(ws)
+    assert not task.done()
+    assert "4000" in caplog.text
+
+
+async def test_silent_server_is_abandoned_after_three_heartbeats(
+    server: FakeServer, start_tunnel: StartTunnel
+) -> None:
+    await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws, heartbeat_s=0.2)
+    # Say nothing: after 0.6 s the runner gives up on this connection and dials again.
+    await asyncio.wait_for(ws.wait_closed(), DEADLINE)
+    ws = await server.accept()
+    await handshake(ws)
+    await round_trip(ws)
+
+
+async def test_stop_closes_with_1000_and_run_returns_zero(
+    server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
+) -> None:
+    tunnel, task = await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws)
+    await round_trip(ws)
+    await asyncio.wait_for(tunnel.stop(), DEADLINE)
+    await asyncio.wait_for(ws.wait_closed(), DEADLINE)
+    assert ws.close_code == 1000
+    assert await asyncio.wait_for(task, DEADLINE) == 0
+    assert executor.shutdowns == 1
+
+
+async def test_runner_stops_when_its_parent_exits(
+    server: FakeServer, start_tunnel: StartTunnel, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="runners")
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", "import sys; sys.stdin.read()", stdin=subprocess.PIPE
+    )
+    try:
+        _, task = await start_tunnel(parent_pid=parent.pid, parent_poll_s=0.05)
+        ws = await server.accept()
+        await handshake(ws)
+        await round_trip(ws)
+        assert not task.done()
+    finally:
+        assert parent.stdin is not None
+        parent.stdin.close()
+        await asyncio.wait_for(parent.wait(), DEADLINE)
+    assert await asyncio.wait_for(task, DEADLINE) == 0
+    assert f"parent process {parent.pid} exited" in caplog.text
+    await asyncio.wait_for(ws.wait_closed(), DEADLINE)
+    assert ws.close_code == 1000
+
+
+# --------------------------------------------------------------- subprocesses
+
+
+def _run_python(args: list[str], env_extra: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMNIGENT_", "RUNNER_"))}
+    env.update(env_extra)
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+
+
+def test_cli_rejects_a_mismatched_runner_id_without_printing_the_token(tmp_path: Path) -> None:
+    result = _run_python(
+        ["-m", "runners.client"],
+        {
+            "OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN": TOKEN,
+            "OMNIGENT_RUNNER_ID": "runner_token_" + "f" * 32,
+            "OMNIGENT_RUNNER_WORKSPACE": str(tmp_path),
+        },
+    )
+    assert result.returncode == 2
+    assert "OMNIGENT_RUNNER_ID" in result.stderr
+    assert TOKEN not in result.stderr
+    assert TOKEN not in result.stdout
+
+
+def test_tunnel_module_does_not_import_django() -> None:
+    code = (
+        "import sys\n"
+        "import runners.client.tunnel, runners.client.__main__, runners.identity\n"
+        "assert not any(m == 'django' or m.startswith('django.') for m in sys.modules), "
+        "sorted(m for m in sys.modules if m.startswith('django'))\n"
+    )
+    result = _run_python(["-c", code], {})
+    assert result.returncode == 0, result.stderr
+
+
+async def test_stop_while_disconnected_returns_zero(
+    server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
+) -> None:
+    server.refuse_status = 503
+    tunnel, task = await start_tunnel(backoff_initial=0.5, backoff_max=0.5)
+    await asyncio.wait_for(tunnel.stop(), DEADLINE)
+    assert await asyncio.wait_for(task, DEADLINE) == 0
+    assert executor.shutdowns == 1
+
+
+_CLI_WITH_FAKE_EXECUTOR = """
+import sys
+import runners.client.__main__ as cli
+
+class Executor:
+    def bind(self, sink): pass
+    def open_session_ids(self): return []
+    async def shutdown(self): print("executor shut down", file=sys.stderr)
+
+cli.build_executor = lambda config: Executor()
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+async def test_cli_runs_the_tunnel_and_stops_cleanly_on_sigterm(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    (tmp_path / ".git").mkdir()
+    workspace = tmp_path / "sub"
+    workspace.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMNIGENT_", "RUNNER_"))}
+    env.update(
+        PYTHONPATH=str(REPO_ROOT),
+        RUNNER_SERVER_URL=f"http://127.0.0.1:{server.port}",
+        OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN=TOKEN,
+        OMNIGENT_RUNNER_WORKSPACE=str(workspace),
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _CLI_WITH_FAKE_EXECUTOR,
+        "--log-level",
+        "DEBUG",
+        cwd=REPO_ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        ws = await server.accept()
+        hello = await handshake(ws)
+        assert hello["workspace"] == {"root": str(workspace.resolve()), "vcs": "git"}
+        await round_trip(ws)
+        proc.terminate()
+        await asyncio.wait_for(ws.wait_closed(), DEADLINE)
+        assert ws.close_code == 1000
+        assert await asyncio.wait_for(proc.wait(), DEADLINE) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.stderr is not None
+    stderr = (await proc.stderr.read()).decode()
+    assert RUNNER_ID in stderr
+    assert "executor shut down" in stderr
+    assert TOKEN not in stderr
