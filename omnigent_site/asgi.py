@@ -11,11 +11,12 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_asgi_app = get_asgi_application()
 
+from omnigent_site.flow import WriteWatchMiddleware  # noqa: E402
 from runners.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": WriteWatchMiddleware(django_asgi_app),
         "websocket": URLRouter(websocket_urlpatterns),
     }
 )

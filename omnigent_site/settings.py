@@ -130,7 +130,12 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1000, "expiry": 60},
+            "CONFIG": {
+                "hosts": [REDIS_URL],
+                "prefix": os.environ.get("OMNIGENT_CHANNEL_PREFIX", "omnigent"),
+                "capacity": 1000,
+                "expiry": 60,
+            },
         }
     }
 else:

@@ -21,6 +21,7 @@ from omnigent_site.timeutil import unix
 from . import blobs
 from .eventlog import record_event
 from .models import Item, Response, Session
+from .selectors import response_output
 
 log = logging.getLogger(__name__)
 
@@ -70,14 +71,13 @@ def turn_start_command(*, response: Response) -> dict[str, Any]:
 
 
 def response_payload(response: Response, *, model: str) -> dict[str, Any]:
-    output = [item.flat() for item in response.items.exclude(data__role="user").order_by("seq")]
     return {
         "id": response.id,
         "object": "response",
         "status": response.status,
         "model": model,
         "created_at": unix(response.created_at),
-        "output": output,
+        "output": response_output(response=response),
         "error": response.error,
     }
 

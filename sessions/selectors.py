@@ -67,7 +67,8 @@ def session_responses(*, session: Session) -> QuerySet[Response]:
 
 
 def response_output(*, response: Response) -> list[dict]:
-    return [item.flat() for item in response.items.order_by("seq")]
+    """What the turn produced: its items except the user input that started it."""
+    return [item.flat() for item in response.items.exclude(data__role="user").order_by("seq")]
 
 
 def template_agents() -> QuerySet[Agent]:

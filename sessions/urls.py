@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import event_views, views
+from . import event_views, stream_views, views
 
 urlpatterns = [
     path("me", views.MeView.as_view(), name="me"),
@@ -14,6 +14,11 @@ urlpatterns = [
         "sessions/<str:session_id>/events",
         event_views.SessionEventsView.as_view(),
         name="session-events",
+    ),
+    path(
+        "sessions/<str:session_id>/stream",
+        stream_views.SessionStreamView.as_view(),
+        name="session-stream",
     ),
     path(
         "sessions/<str:session_id>/responses",

@@ -92,9 +92,7 @@ async def call_model(
             return await _call_chat(client, request, on_delta)
         return await _call_responses(client, request, on_delta)
     except openai.APIStatusError as exc:
-        raise LLMError(
-            "llm_error", f"LLM returned HTTP {exc.status_code}: {_detail(exc)}"
-        ) from exc
+        raise LLMError("llm_error", f"LLM returned HTTP {exc.status_code}: {_detail(exc)}") from exc
     except openai.APIConnectionError as exc:
         raise LLMError(
             "connection_error", f"cannot reach the LLM at {client.base_url}: {exc.message}"
@@ -204,7 +202,8 @@ async def _call_chat(
                     if part.id:
                         call["id"] = part.id
                     if part.function is not None:
-                        call["name"] += part.function.name or ""
+                        # The name comes whole (first chunk); some servers repeat it.
+                        call["name"] = call["name"] or part.function.name or ""
                         call["arguments"] += part.function.arguments or ""
     answer = ModelAnswer(text="".join(texts))
     for index in sorted(calls):

@@ -48,7 +48,9 @@ def usable_history(items: Iterable[Item]) -> list[Item]:
         for item in items
         if item.get("type") == "function_call" and item.get("status") != "action_required"
     }
-    output_ids = {item.get("call_id") for item in items if item.get("type") == "function_call_output"}
+    output_ids = {
+        item.get("call_id") for item in items if item.get("type") == "function_call_output"
+    }
     paired = call_ids & output_ids
     usable = []
     for item in items:

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import openai
+
 from runners.client.llm import ClientPool, FunctionCall, LLMError, ModelRequest, call_model
 from runners.client.transcript import merge_tools
 from sessions.bundles import AgentSpec
@@ -108,6 +110,7 @@ class TurnRunner:
     # --- outcome ------------------------------------------------------------------------
 
     async def run(self) -> None:
+        logger.info("turn %s of session %s started", self._rid, self.session.session_id)
         self._status("running")
         self._emit({"type": "response.created", "response_id": self._rid})
         timer: asyncio.Timeout | None = None
@@ -140,7 +143,9 @@ class TurnRunner:
 
     def _spec(self) -> AgentSpec:
         if self.session.spec is None:
-            raise TurnFailed("agent_load_failed", self.session.load_error or "the agent is not loaded")
+            raise TurnFailed(
+                "agent_load_failed", self.session.load_error or "the agent is not loaded"
+            )
         return self.session.spec
 
     async def _fail(self, code: str, message: str) -> None:
@@ -148,7 +153,9 @@ class TurnRunner:
         self._settle_unanswered(f"the turn failed before the tool finished ({code})")
         await self._report_turn_end()
         error = {"code": code, "message": message}
-        self._finish({"type": "response.failed", "response_id": self._rid, "error": error}, "failed")
+        self._finish(
+            {"type": "response.failed", "response_id": self._rid, "error": error}, "failed"
+        )
 
     def _finish(self, terminal: dict[str, Any], status: str) -> None:
         self._emit(terminal)
@@ -220,7 +227,9 @@ class TurnRunner:
             "(executor.max_iterations)",
         )
 
-    async def _ask_model(self, client: Any, request: ModelRequest) -> list[FunctionCall]:
+    async def _ask_model(
+        self, client: openai.AsyncOpenAI, request: ModelRequest
+    ) -> list[FunctionCall]:
         """One model call: stream its text up, report its message, return its calls."""
         message_id = new_item_id()
         streamed = False
@@ -270,7 +279,9 @@ class TurnRunner:
         if parked:
             await self._wait_for_client(parked)
 
-    async def _run_builtin(self, call: FunctionCall) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    async def _run_builtin(
+        self, call: FunctionCall
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         try:
             arguments = json.loads(call.arguments or "{}")
         except ValueError as exc:

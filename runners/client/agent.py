@@ -1,0 +1,257 @@
+"""The runner's :class:`SessionExecutor`: agent sessions driven by an LLM.
+
+The tunnel client hands every session command to :class:`AgentExecutor`. Commands are
+accepted (or rejected) at once; the work runs in one asyncio task per session, which
+takes the session's turns one at a time in the order they arrived, each turn in a task
+of its own (:class:`~runners.client.turn.TurnRunner`) so ``turn.interrupt`` can cancel
+it without touching the turns queued behind it.
+
+Django-free: a runner machine has no server installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Mapping
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from runners.client.executor import CommandRejected, EventSink
+from runners.client.llm import ClientPool
+from runners.client.turn import SessionState, TurnRequest, TurnRunner
+from sessions.bundles import AgentSpec, BundleError, parse_bundle
+from workspaces.tools.changes import ChangeTracker
+from workspaces.tools.tracking import make_tracker
+
+logger = logging.getLogger(__name__)
+
+# Remembered response ids, so a re-sent turn.start never runs twice; bounded because a
+# long-lived runner sees an unbounded number of turns.
+_MAX_REMEMBERED_TURNS = 10_000
+# How long close/shutdown wait for cancelled turns to unwind (a shell tool kills its
+# process group on cancellation, which is quick but not instant).
+_CANCEL_GRACE_S = 5.0
+_SAFE_SESSION_ID = re.compile(r"[A-Za-z0-9_.-]{1,200}")
+
+
+class AgentExecutor:
+    """Runs agent sessions in ``workspace`` and reports them through the bound sink.
+
+    ``env`` (default ``os.environ``) supplies ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``
+    and ``OMNIGENT_DEFAULT_MODEL`` for agents whose spec leaves them out.
+    ``isolate_sessions`` gives every session its own folder ``workspace/<session_id>``.
+    """
+
+    def __init__(
+        self,
+        *,
+        workspace: Path,
+        isolate_sessions: bool = False,
+        env: Mapping[str, str] | None = None,
+        llm_max_retries: int = 2,
+    ) -> None:
+        self._workspace = Path(workspace)
+        self._isolate = isolate_sessions
+        self._env: Mapping[str, str] = os.environ if env is None else env
+        self._pool = ClientPool(max_retries=llm_max_retries)
+        self._sink: EventSink | None = None
+        self._sessions: dict[str, SessionState] = {}
+        self._specs: dict[tuple[str, str], AgentSpec] = {}
+        self._turn_ids: OrderedDict[str, str] = OrderedDict()  # response_id -> session_id
+
+    # --- SessionExecutor ----------------------------------------------------------------
+
+    def bind(self, sink: EventSink) -> None:
+        self._sink = sink
+
+    def open_session_ids(self) -> list[str]:
+        return list(self._sessions)
+
+    async def open_session(
+        self, *, session_id: str, agent: dict[str, Any], history: list[dict[str, Any]]
+    ) -> None:
+        """Load the agent and history. A bad bundle is remembered, not raised: the
+        session opens and each of its turns fails with ``agent_load_failed``."""
+        existing = self._sessions.get(session_id)
+        if existing is not None and existing.busy:
+            # Our in-memory transcript is ahead of the server's copy while a turn runs.
+            logger.info("session %s is already open with a turn running; keeping it", session_id)
+            return
+        if self._isolate and (
+            not _SAFE_SESSION_ID.fullmatch(session_id) or set(session_id) == {"."}
+        ):
+            raise CommandRejected(
+                "invalid_input", f"session id {session_id!r} cannot name a workspace folder"
+            )
+        spec, error = self._load_agent(agent)
+        root: Path | None = None
+        tracker: ChangeTracker | None = None
+        if spec is not None and spec.os_env is not None:
+            try:
+                root = self._prepare_root(session_id, spec.os_env.cwd)
+            except OSError as exc:
+                spec, error = None, f"cannot prepare the tool root: {exc}"
+            else:
+                # A re-opened session keeps its tracker: agent_edit baselines live there.
+                same_root = existing is not None and existing.root == root
+                tracker = existing.tracker if same_root else make_tracker(root=root)
+        if error is not None:
+            logger.warning("session %s: agent failed to load: %s", session_id, error)
+        self._sessions[session_id] = SessionState(
+            session_id=session_id,
+            spec=spec,
+            load_error=error,
+            history=[item for item in history if isinstance(item, dict)],
+            root=root,
+            tracker=tracker,
+        )
+
+    async def start_turn(
+        self,
+        *,
+        session_id: str,
+        response_id: str,
+        input: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+    ) -> None:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise CommandRejected(
+                "session_not_open", f"session {session_id} is not open on this runner"
+            )
+        if response_id in self._turn_ids:
+            logger.info(
+                "turn %s was already accepted; ignoring the re-sent turn.start", response_id
+            )
+            return
+        self._turn_ids[response_id] = session_id
+        while len(self._turn_ids) > _MAX_REMEMBERED_TURNS:
+            self._turn_ids.popitem(last=False)
+        session.queue.append(TurnRequest(response_id, list(input), list(tools)))
+        if session.worker is None or session.worker.done():
+            session.worker = asyncio.create_task(self._work(session), name=f"session-{session_id}")
+
+    async def tool_result(self, *, session_id: str, call_id: str, output: str) -> None:
+        session = self._sessions.get(session_id)
+        future = session.pending.get(call_id) if session is not None else None
+        if future is None or future.done():
+            logger.info(
+                "tool_result for unknown call %s in session %s; ignored", call_id, session_id
+            )
+            return
+        future.set_result(output)
+
+    async def interrupt(self, *, session_id: str) -> None:
+        session = self._sessions.get(session_id)
+        task = session.current_task if session is not None else None
+        if task is None or task.done():
+            logger.info("turn.interrupt for session %s with no running turn; ignored", session_id)
+            return
+        task.cancel()
+
+    async def close_session(self, *, session_id: str) -> None:
+        session = self._sessions.pop(session_id, None)
+        if session is None:
+            return
+        session.closing = True
+        # Turns that never finished may be sent again if the session is reopened.
+        unfinished = [request.response_id for request in session.queue]
+        if session.current is not None:
+            unfinished.append(session.current.response_id)
+        for response_id in unfinished:
+            self._turn_ids.pop(response_id, None)
+        session.queue.clear()
+        tasks = [
+            t for t in (session.current_task, session.worker) if t is not None and not t.done()
+        ]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=_CANCEL_GRACE_S)
+
+    async def rpc(self, *, method: str, params: dict[str, Any]) -> Any:
+        if method == "ping":
+            return {"pong": True}
+        raise CommandRejected("unknown_method", f"unknown rpc method {method!r}")
+
+    async def shutdown(self) -> None:
+        for session_id in list(self._sessions):
+            await self.close_session(session_id=session_id)
+        await self._pool.aclose()
+
+    def session_history(self, session_id: str) -> list[dict[str, Any]]:
+        """A copy of the session's transcript as the next turn would see it (for tests
+        and diagnostics; raises KeyError for a session that is not open)."""
+        return list(self._sessions[session_id].history)
+
+    # --- internals ----------------------------------------------------------------------
+
+    def _emit(self, session_id: str, event: dict[str, Any]) -> None:
+        if self._sink is None:
+            logger.warning("no event sink bound; dropping %s", event.get("type"))
+            return
+        self._sink.emit(session_id, event)
+
+    def _load_agent(self, agent: Mapping[str, Any]) -> tuple[AgentSpec | None, str | None]:
+        """The parsed spec (cached by agent id and version) or the reason it failed."""
+        key = (str(agent.get("id")), str(agent.get("version")))
+        cached = self._specs.get(key)
+        if cached is not None:
+            return cached, None
+        encoded = agent.get("bundle_b64")
+        if not isinstance(encoded, str) or not encoded:
+            return None, "session.open carried no agent bundle (bundle_b64)"
+        try:
+            data = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            return None, f"the agent bundle is not valid base64: {exc}"
+        try:
+            spec = parse_bundle(data).spec
+        except BundleError as exc:
+            return None, f"invalid agent bundle: {exc}"
+        except Exception as exc:  # a loader bug must not take the runner down
+            logger.exception("loading agent %s version %s failed", *key)
+            return None, f"loading the agent bundle failed: {type(exc).__name__}: {exc}"
+        self._specs[key] = spec
+        return spec, None
+
+    def _prepare_root(self, session_id: str, cwd: str) -> Path:
+        """Create the session's tool root: the workspace (or the session's folder in it),
+        then ``os_env.cwd`` inside that."""
+        base = self._workspace / session_id if self._isolate else self._workspace
+        root = (base / cwd).resolve()
+        root.mkdir(parents=True, exist_ok=True)
+        return root
+
+    async def _work(self, session: SessionState) -> None:
+        """Run the session's queued turns one after the other."""
+        while session.queue and not session.closing:
+            request = session.queue.popleft()
+            emit = partial(self._emit, session.session_id)
+            runner = TurnRunner(session, request, emit=emit, pool=self._pool, env=self._env)
+            task = asyncio.create_task(runner.run(), name=f"turn-{request.response_id}")
+            session.current, session.current_task = request, task
+            try:
+                # asyncio.wait, not ``await task``: a cancelled turn must not look like
+                # a cancelled worker, or the queued turns behind it would be lost.
+                await asyncio.wait([task])
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+            finally:
+                session.current, session.current_task = None, None
+            if not task.cancelled() and task.exception() is not None:
+                logger.error("turn %s crashed", request.response_id, exc_info=task.exception())
+            if not runner.finished and not session.closing:
+                # Cancelled while it was already failing or completing: still end it.
+                emit({"type": "response.cancelled", "response_id": request.response_id})
+                emit(
+                    {"type": "session.status", "status": "idle", "response_id": request.response_id}
+                )

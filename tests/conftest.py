@@ -1,0 +1,73 @@
+"""Shared fixtures: users and API clients, bundles, and the real services CI provides."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Callable
+
+import pytest
+from rest_framework.test import APIClient
+
+from sessions.bundles import build_bundle
+
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def service_reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1.0):
+            return True
+    except OSError:
+        return False
+
+
+def require_service(name: str, host: str, port: int) -> None:
+    """Use the real service; in CI its absence is a failure, elsewhere a clear skip."""
+    if service_reachable(host, port):
+        return
+    message = f"{name} is not reachable on {host}:{port}"
+    if IN_CI:
+        pytest.fail(f"{message} (CI=true requires it)")
+    pytest.skip(f"{message}; start it to run this test")
+
+
+def agent_yaml(name: str = "file-helper", *, extra: str = "") -> str:
+    return (
+        f"name: {name}\n"
+        "description: Edits files.\n"
+        "prompt: You edit files with the sys_os_* tools.\n"
+        "executor:\n"
+        "  model: mock-model\n" + extra
+    )
+
+
+@pytest.fixture
+def make_bundle() -> Callable[..., bytes]:
+    def make(name: str = "file-helper", *, extra: str = "") -> bytes:
+        return build_bundle({"agent.yaml": agent_yaml(name, extra=extra)})
+
+    return make
+
+
+@pytest.fixture
+def client_for(db: None) -> Callable[[str | None], APIClient]:
+    """An API client that identifies as ``username`` through the proxy header."""
+
+    def make(username: str | None) -> APIClient:
+        client = APIClient()
+        if username:
+            client.credentials(HTTP_X_FORWARDED_EMAIL=username)
+        return client
+
+    return make
+
+
+@pytest.fixture(autouse=True)
+def _data_dir(tmp_path_factory: pytest.TempPathFactory, settings: object) -> None:
+    """Bundles written by a test go to a private folder."""
+    settings.DATA_DIR = tmp_path_factory.mktemp("data")  # type: ignore[attr-defined]
+
+
+logging.getLogger("httpx").setLevel(logging.WARNING)

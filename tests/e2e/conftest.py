@@ -1,0 +1,153 @@
+"""Fixtures that start real processes: daphne, the runner program, the mock LLM."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runners.mockllm import MockLLMServer
+from tests.conftest import require_service
+
+from .harness import Runner, Server, base_env, migrate, register_runner, start_runner, start_server
+
+pytestmark = pytest.mark.e2e
+
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def _dump_logs(request: pytest.FixtureRequest, *processes: object) -> None:
+    report = getattr(request.node, "rep_call", None)
+    if report is not None and report.failed:
+        for process in processes:
+            log = getattr(process, "log", lambda: "")()
+            print(f"\n===== {getattr(process, 'name', '?')} log =====\n{log[-6000:]}")
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+@pytest.fixture
+def mock_llm() -> Iterator[MockLLMServer]:
+    server = MockLLMServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def server_env(tmp: Path, **extra: str) -> dict[str, str]:
+    return base_env(
+        DATABASE_URL=f"sqlite:///{tmp / 'db.sqlite3'}",
+        OMNIGENT_DATA_DIR=str(tmp / "data"),
+        OMNIGENT_RECONNECT_GRACE_S="3",
+        OMNIGENT_LOG_LEVEL="INFO",
+        **extra,
+    )
+
+
+@pytest.fixture
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
+    """A daphne process on a fresh SQLite database with the in-memory channel layer."""
+    env = server_env(tmp_path)
+    migrate(env, tmp_path)
+    srv = start_server(env=env, log_dir=tmp_path)
+    try:
+        yield srv
+    finally:
+        _dump_logs(request, srv.process)
+        srv.process.stop()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "workspace"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def runner(
+    server: Server,
+    workspace: Path,
+    mock_llm: MockLLMServer,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Runner]:
+    """A registered runner program connected to ``server``, its LLM the mock."""
+    runner_id, token = register_runner(server)
+    started = start_runner(
+        server=server,
+        token=token,
+        runner_id=runner_id,
+        workspace=workspace,
+        log_dir=tmp_path,
+        extra_env={"OPENAI_BASE_URL": mock_llm.base_url, "OPENAI_API_KEY": "test-key"},
+    )
+    try:
+        yield started
+    finally:
+        if started.process is not None:
+            _dump_logs(request, started.process)
+            started.process.stop()
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for multi-process tests, dropped afterwards."""
+    require_service("PostgreSQL", "127.0.0.1", 5432)
+    import psycopg
+
+    name = f"omnigent_e2e_{secrets.token_hex(4)}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgres://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def redis_url() -> str:
+    require_service("Redis", "127.0.0.1", 6379)
+    return REDIS_URL
+
+
+@pytest.fixture
+def two_servers(
+    tmp_path: Path, postgres_url: str, redis_url: str, request: pytest.FixtureRequest
+) -> Iterator[tuple[Server, Server]]:
+    """Two daphne processes sharing one PostgreSQL database and one Redis."""
+    prefix = f"omnigent-e2e-{secrets.token_hex(4)}"
+    env = base_env(
+        DATABASE_URL=postgres_url,
+        REDIS_URL=redis_url,
+        OMNIGENT_CHANNEL_PREFIX=prefix,
+        OMNIGENT_DATA_DIR=str(tmp_path / "data"),
+        OMNIGENT_RECONNECT_GRACE_S="3",
+    )
+    migrate(env, tmp_path)
+    first = start_server(env=env, log_dir=tmp_path, name="daphne-a")
+    try:
+        second = start_server(env=env, log_dir=tmp_path, name="daphne-b")
+    except BaseException:
+        first.process.stop()
+        raise
+    try:
+        yield first, second
+    finally:
+        _dump_logs(request, first.process, second.process)
+        first.process.stop()
+        second.process.stop()
+
+
+__all__ = ["secrets"]

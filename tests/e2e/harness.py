@@ -1,0 +1,286 @@
+"""Real processes for end-to-end tests: daphne servers, runner programs, the mock LLM.
+
+Every wait here has a deadline; processes are stopped (and killed if they do not
+stop) when a test ends, and their output goes to log files that a failing test
+prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+START_DEADLINE_S = 60.0
+POLL_S = 0.05
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_until(check: Callable[[], Any], *, deadline_s: float, what: str) -> Any:
+    """Poll ``check`` until it returns a truthy value; fail with ``what`` at the deadline."""
+    end = time.monotonic() + deadline_s
+    last_error: Exception | None = None
+    while time.monotonic() < end:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - reported at the deadline
+            last_error = exc
+        time.sleep(POLL_S)
+    raise TimeoutError(
+        f"timed out after {deadline_s:g} s waiting for {what} (last error: {last_error!r})"
+    )
+
+
+def base_env(**extra: str) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("OMNIGENT_", "RUNNER_", "DJANGO_", "OPENAI_", "PYTEST_"))
+        and key not in {"DATABASE_URL", "REDIS_URL"}
+    }
+    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    def stop(self, *, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=timeout)
+        return int(self.popen.returncode)
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(timeout=15)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+def spawn(name: str, args: list[str], *, env: dict[str, str], log_dir: Path) -> Process:
+    log_path = log_dir / f"{name}.log"
+    handle = open(log_path, "ab")  # noqa: SIM115 - owned by the child process
+    popen = subprocess.Popen(args, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    handle.close()
+    return Process(name=name, popen=popen, log_path=log_path)
+
+
+@dataclass
+class Server:
+    """One daphne process serving the project's ASGI application."""
+
+    url: str
+    process: Process
+    env: dict[str, str]
+
+    def client(self, user: str | None = "alice@example.com", **kwargs: Any) -> httpx.Client:
+        headers = {"X-Forwarded-Email": user} if user else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30.0, **kwargs)
+
+
+def migrate(env: dict[str, str], log_dir: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"migrate failed: {result.stderr.decode(errors='replace')}")
+
+
+def start_server(*, env: dict[str, str], log_dir: Path, name: str = "daphne") -> Server:
+    port = free_port()
+    process = spawn(
+        name,
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "omnigent_site.asgi:application",
+        ],
+        env=env,
+        log_dir=log_dir,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        if process.popen.poll() is not None:
+            raise RuntimeError(f"daphne exited: {process.log()[-2000:]}")
+        return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
+
+    wait_until(healthy, deadline_s=START_DEADLINE_S, what=f"{name} to answer /health")
+    return Server(url=url, process=process, env=env)
+
+
+@dataclass
+class Runner:
+    runner_id: str
+    token: str
+    workspace: Path
+    process: Process | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def start_runner(
+    *,
+    server: Server,
+    token: str,
+    runner_id: str,
+    workspace: Path,
+    log_dir: Path,
+    extra_env: dict[str, str] | None = None,
+    name: str = "runner",
+) -> Runner:
+    env = base_env(
+        RUNNER_SERVER_URL=server.url,
+        OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN=token,
+        OMNIGENT_RUNNER_WORKSPACE=str(workspace),
+        OMNIGENT_RUNNER_PARENT_PID=str(os.getpid()),
+        **(extra_env or {}),
+    )
+    process = spawn(name, [sys.executable, "-m", "runners.client"], env=env, log_dir=log_dir)
+    runner = Runner(runner_id=runner_id, token=token, workspace=workspace, process=process, env=env)
+    wait_runner_online(server, runner_id, process=process)
+    return runner
+
+
+def wait_runner_online(
+    server: Server, runner_id: str, *, process: Process | None = None, online: bool = True
+) -> None:
+    with server.client() as client:
+
+        def reached() -> bool:
+            if process is not None and process.popen.poll() is not None:
+                raise RuntimeError(f"runner exited: {process.log()[-2000:]}")
+            body = client.get(f"/v1/runners/{runner_id}/status").json()
+            return body.get("online") is online
+
+        wait_until(reached, deadline_s=START_DEADLINE_S, what=f"runner {runner_id} online={online}")
+
+
+def register_runner(
+    server: Server, *, user: str = "alice@example.com", name: str = "e2e"
+) -> tuple[str, str]:
+    with server.client(user) as client:
+        response = client.post("/v1/runners", json={"name": name})
+        response.raise_for_status()
+        body = response.json()
+    return body["runner_id"], body["binding_token"]
+
+
+def create_session(
+    server: Server, bundle: bytes, *, user: str = "alice@example.com", title: str = "e2e"
+) -> str:
+    with server.client(user) as client:
+        response = client.post(
+            "/v1/sessions",
+            files={"bundle": ("agent.tar.gz", bundle, "application/gzip")},
+            data={"metadata": json.dumps({"title": title})},
+        )
+        response.raise_for_status()
+        return str(response.json()["session_id"])
+
+
+def bind(
+    server: Server, session_id: str, runner_id: str, *, user: str = "alice@example.com"
+) -> dict[str, Any]:
+    with server.client(user) as client:
+        response = client.patch(f"/v1/sessions/{session_id}", json={"runner_id": runner_id})
+        response.raise_for_status()
+        return dict(response.json())
+
+
+def send_message(
+    server: Server,
+    session_id: str,
+    text: str,
+    *,
+    tools: list | None = None,
+    user: str = "alice@example.com",
+) -> httpx.Response:
+    body: dict[str, Any] = {"type": "message", "data": {"role": "user", "content": text}}
+    if tools:
+        body["tools"] = tools
+    with server.client(user) as client:
+        return client.post(f"/v1/sessions/{session_id}/events", json=body)
+
+
+def wait_turn(
+    server: Server,
+    session_id: str,
+    response_id: str,
+    *,
+    statuses: tuple[str, ...] = ("completed", "failed", "cancelled"),
+    deadline_s: float = 60.0,
+) -> dict[str, Any]:
+    with server.client() as client:
+
+        def finished() -> dict[str, Any] | None:
+            body = client.get(f"/v1/sessions/{session_id}/responses/{response_id}").json()
+            return body if body.get("status") in statuses else None
+
+        return dict(
+            wait_until(
+                finished, deadline_s=deadline_s, what=f"turn {response_id} to reach {statuses}"
+            )
+        )
+
+
+def sse_events(lines: Iterator[str]) -> Iterator[tuple[str | None, str, str]]:
+    """Parse SSE lines into (id, event, data) triples; stops at the end of the stream."""
+    event_id: str | None = None
+    event_type = "message"
+    data: list[str] = []
+    for line in lines:
+        if line == "":
+            if data:
+                yield event_id, event_type, "\n".join(data)
+            event_id, event_type, data = None, "message", []
+            continue
+        field_name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field_name == "id":
+            event_id = value
+        elif field_name == "event":
+            event_type = value
+        elif field_name == "data":
+            data.append(value)

@@ -1,0 +1,123 @@
+"""The tunnel end to end: real daphne, the real runner program, the mock LLM."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from runners.mockllm import MockLLMServer
+
+from .harness import Runner, Server, bind, create_session, send_message, wait_turn, wait_until
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather for a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+
+def test_runner_online_bind_and_message_acknowledged(
+    server: Server, runner: Runner, mock_llm: MockLLMServer, make_bundle: Callable[..., bytes]
+) -> None:
+    with server.client() as client:
+        assert client.get(f"/v1/runners/{runner.runner_id}/status").json() == {
+            "runner_id": runner.runner_id,
+            "online": True,
+        }
+        listed = client.get("/v1/runners").json()["data"]
+        assert [r["runner_id"] for r in listed] == [runner.runner_id]
+        assert listed[0]["online"] is True and listed[0]["runner_version"]
+
+    mock_llm.configure([{"text": "Hello from the mock", "stream": True}])
+    session_id = create_session(server, make_bundle())
+    body = bind(server, session_id, runner.runner_id)
+    assert body["runner_id"] == runner.runner_id and body["runner_online"] is True
+
+    response = send_message(server, session_id, "say hello")
+    assert response.status_code == 202, response.text
+    accepted = response.json()
+    assert accepted["queued"] is True
+    assert accepted["item_id"].startswith("item_") and accepted["response_id"].startswith("resp_")
+
+    turn = wait_turn(server, session_id, accepted["response_id"])
+    assert turn["status"] == "completed", turn
+    texts = [
+        part["text"]
+        for item in turn["output"]
+        if item["type"] == "message"
+        for part in item["content"]
+    ]
+    assert texts == ["Hello from the mock"]
+
+    with server.client() as client:
+        snapshot = client.get(f"/v1/sessions/{session_id}").json()
+    assert snapshot["status"] == "idle"
+    assert [item["type"] for item in snapshot["items"]] == ["message", "message"]
+    assert snapshot["items"][0]["data"]["content"][0]["text"] == "say hello"
+    assert snapshot["items"][0]["created_by"] == "alice@example.com"
+
+
+def test_function_call_output_is_relayed_to_the_runner(
+    server: Server, runner: Runner, mock_llm: MockLLMServer, make_bundle: Callable[..., bytes]
+) -> None:
+    mock_llm.configure(
+        [
+            {
+                "tool_calls": [
+                    {"call_id": "call_w1", "name": "get_weather", "arguments": '{"city": "Oslo"}'}
+                ]
+            },
+            {"text": "It is sunny in Oslo."},
+        ]
+    )
+    session_id = create_session(server, make_bundle())
+    bind(server, session_id, runner.runner_id)
+    accepted = send_message(server, session_id, "weather?", tools=[WEATHER_TOOL]).json()
+
+    with server.client() as client:
+        wait_until(
+            lambda: client.get(f"/v1/sessions/{session_id}").json()["status"] == "waiting",
+            deadline_s=60,
+            what="the session to wait for the client tool",
+        )
+        items = client.get(f"/v1/sessions/{session_id}/items").json()["data"]
+        call = next(item for item in items if item["type"] == "function_call")
+        assert call["status"] == "action_required" and call["call_id"] == "call_w1"
+
+        forwarded = client.post(
+            f"/v1/sessions/{session_id}/events",
+            json={
+                "type": "function_call_output",
+                "data": {"call_id": "call_w1", "output": "sunny"},
+            },
+        )
+        assert forwarded.status_code == 202, forwarded.text
+        assert forwarded.json() == {"queued": True, "item_id": "call_w1"}
+
+    turn = wait_turn(server, session_id, accepted["response_id"])
+    assert turn["status"] == "completed", turn
+    second_request = mock_llm.requests[-1]["body"]
+    outputs = [
+        item for item in second_request["input"] if item.get("type") == "function_call_output"
+    ]
+    assert outputs == [{"type": "function_call_output", "call_id": "call_w1", "output": "sunny"}]
+    assert json.loads(call["arguments"]) == {"city": "Oslo"}
+
+
+def test_message_without_a_runner_is_503_and_stores_nothing(
+    server: Server, make_bundle: Callable[..., bytes]
+) -> None:
+    session_id = create_session(server, make_bundle())
+    response = send_message(server, session_id, "hello?")
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "runner_unavailable"
+    with server.client() as client:
+        assert client.get(f"/v1/sessions/{session_id}/items").json()["data"] == []
+        assert client.get(f"/v1/sessions/{session_id}/responses").json()["data"] == []
