@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.db import DataError
 from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -79,6 +80,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         exc = PayloadTooLarge()
     elif isinstance(exc, SuspiciousOperation):
         exc = exceptions.ParseError(str(exc))
+    elif isinstance(exc, DataError):
+        # The database refused a value taken from the request (PostgreSQL: a NUL
+        # character in a path, query or header): bad input, not a server error.
+        first_line = (str(exc).strip().splitlines() or ["invalid value"])[0]
+        exc = exceptions.ValidationError(f"the input cannot be stored or searched: {first_line}")
 
     if not isinstance(exc, exceptions.APIException):
         log.exception("unhandled error in %s", context.get("view").__class__.__name__)

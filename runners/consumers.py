@@ -46,6 +46,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
     async def connect(self) -> None:
         self.runner_id = self.scope["url_route"]["kwargs"]["runner_id"]
         self.generation = 0
+        self.hello_seen = False
         self.closing = False
         self.last_frame = time.monotonic()
         self.last_seen_write = timezone.now()
@@ -67,11 +68,14 @@ class TunnelConsumer(AsyncWebsocketConsumer):
 
     async def _expect_hello(self) -> None:
         await asyncio.sleep(settings.OMNIGENT_HELLO_TIMEOUT_S)
-        if not self.generation and not self.closing:
+        if not self.hello_seen and not self.closing:
             log.warning("tunnel %s sent no hello in time", self.runner_id)
             await self._close(CLOSE_BAD_HELLO)
 
     async def _hello(self, frame: dict[str, Any]) -> None:
+        if self.hello_seen:
+            return  # frames racing the welcome; the runner waits for it before sending more
+        self.hello_seen = True
         if frame.get("type") != "hello":
             log.warning("tunnel %s: first frame was not hello", self.runner_id)
             await self._close(CLOSE_BAD_HELLO)

@@ -46,6 +46,9 @@ _SECRET_KEY_RE = re.compile(r"(?:^|[_-])(?:api_?key|secret|password|passwd|token
 # A few kilobytes of YAML can expand, through aliases, to billions of values.
 _MAX_YAML_NODES = 100_000
 _MAX_YAML_DEPTH = 64
+# YAML escapes can produce NUL (PostgreSQL cannot store it) and lone surrogates (UTF-8
+# cannot encode them); a spec holding either could be accepted but never stored or sent.
+_UNSTORABLE_RE = re.compile("[\x00\ud800-\udfff]")
 # Tar headers (pax records, long names) are read by tarfile itself, outside the
 # per-file size checks; this allowance bounds them while staying far above real use.
 _HEADER_ALLOWANCE_PER_ENTRY = 4096
@@ -387,9 +390,12 @@ def _instructions_text(instructions: str, files: Mapping[str, bytes]) -> str:
     if content is None:
         return instructions
     try:
-        return content.decode("utf-8-sig")
+        text = content.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise BundleError(f"instructions file {path!r} is not UTF-8 text") from exc
+    if "\x00" in text:
+        raise BundleError(f"instructions file {path!r} holds a NUL character")
+    return text
 
 
 def _auth(executor: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -519,6 +525,8 @@ def _jsonable(value: Any, *, secret: str | None, budget: list[int], depth: int =
         raise BundleError("the YAML is too large or nested too deeply once aliases are expanded")
 
     def scrub(text: str) -> str:
+        if _UNSTORABLE_RE.search(text):
+            raise BundleError("the YAML holds a NUL character or a lone surrogate")
         return text.replace(secret, MASK) if secret else text
 
     if isinstance(value, Mapping):

@@ -13,6 +13,28 @@ from omnigent_site.timeutil import unix
 from .models import Agent, Item, Permission, Response, Session
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,256}")
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+UNSTORABLE_TEXT = "text must not contain NUL characters or lone surrogates"
+
+
+def has_unstorable_text(value: Any) -> bool:
+    """True if a string anywhere in ``value`` (keys too) holds NUL or a lone surrogate.
+
+    PostgreSQL cannot store NUL and UTF-8 cannot encode a lone surrogate, so such JSON
+    would fail on write or on render (a 500) instead of being refused as bad input.
+    """
+    stack = [value]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, str):
+            if _UNSTORABLE.search(current):
+                return True
+        elif isinstance(current, dict):
+            stack.extend(current.keys())
+            stack.extend(current.values())
+        elif isinstance(current, list):
+            stack.extend(current)
+    return False
 
 
 class StrictSerializer(serializers.Serializer):
@@ -36,6 +58,8 @@ class LabelsField(serializers.DictField):
         for key in value:
             if not key or len(key) > 128:
                 raise serializers.ValidationError("label keys are 1 to 128 characters")
+        if has_unstorable_text(value):
+            raise serializers.ValidationError(UNSTORABLE_TEXT)
         return value
 
 
@@ -81,6 +105,8 @@ class ClientToolSerializer(serializers.Serializer):
             raise serializers.ValidationError(
                 'a tool must be {"type": "function", "function": {...}}'
             )
+        if has_unstorable_text(data):
+            raise serializers.ValidationError(UNSTORABLE_TEXT)
         function = data.get("function")
         if not isinstance(function, dict):
             raise serializers.ValidationError("a tool needs a 'function' object")

@@ -18,6 +18,7 @@ from . import blobs
 from .bundles import Bundle, BundleError, parse_bundle
 from .eventlog import publish_session_end
 from .models import Agent, Item, Permission, Session
+from .serializers import UNSTORABLE_TEXT, has_unstorable_text
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,8 @@ def normalise_initial_item(raw: dict[str, Any]) -> dict[str, Any]:
     """Split a flat item into its header and type fields; reject what cannot be stored."""
     if not isinstance(raw, dict):
         raise ValidationError({"initial_items": ["each item must be an object"]})
+    if has_unstorable_text(raw):
+        raise ValidationError({"initial_items": [UNSTORABLE_TEXT]})
     item_type = raw.get("type")
     if not isinstance(item_type, str) or not item_type:
         raise ValidationError({"initial_items": ["each item needs a string 'type'"]})
@@ -124,6 +127,8 @@ def normalise_initial_item(raw: dict[str, Any]) -> dict[str, Any]:
 
 def normalise_message(data: dict[str, Any], *, field: str) -> dict[str, Any]:
     """A message's ``role`` and ``content`` in the list-of-parts form."""
+    if has_unstorable_text(data):
+        raise ValidationError({field: [UNSTORABLE_TEXT]})
     role = data.get("role", "user")
     if role not in {"user", "assistant", "system", "developer"}:
         raise ValidationError({field: [f"unknown message role {role!r}"]})

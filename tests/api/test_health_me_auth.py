@@ -92,7 +92,8 @@ def test_django_session_login_force_login() -> None:
     assert client.get("/v1/me").json() == {"user_id": "web@example.com", "is_admin": True}
 
 
-def test_django_session_login_with_password() -> None:
+def test_django_session_login_with_password(settings) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     User.objects.create_user(username="pw@example.com", password="s3cret-pass")
     client = APIClient()
     assert client.login(username="pw@example.com", password="s3cret-pass")

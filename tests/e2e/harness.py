@@ -127,16 +127,7 @@ def start_server(*, env: dict[str, str], log_dir: Path, name: str = "daphne") ->
     port = free_port()
     process = spawn(
         name,
-        [
-            sys.executable,
-            "-m",
-            "daphne",
-            "-b",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "omnigent_site.asgi:application",
-        ],
+        [sys.executable, "-m", "omnigent_site.serve", "--host", "127.0.0.1", "--port", str(port)],
         env=env,
         log_dir=log_dir,
     )
@@ -284,3 +275,112 @@ def sse_events(lines: Iterator[str]) -> Iterator[tuple[str | None, str, str]]:
             event_type = value
         elif field_name == "data":
             data.append(value)
+
+
+@dataclass
+class StreamEvent:
+    id: int | None
+    type: str
+    data: Any
+
+    @property
+    def done(self) -> bool:
+        return self.data == "[DONE]"
+
+
+class StreamReader:
+    """Reads a session stream in a thread until ``until(event)`` is true or the stream ends."""
+
+    def __init__(
+        self,
+        server: Server,
+        session_id: str,
+        *,
+        user: str | None = "alice@example.com",
+        last_event_id: int | None = None,
+        until: Callable[[StreamEvent], bool] = lambda event: False,
+    ) -> None:
+        import queue
+        import threading
+
+        self.events: list[StreamEvent] = []
+        self.status_code: int | None = None
+        self.headers: dict[str, str] = {}
+        self.error: BaseException | None = None
+        self._until = until
+        self._connected = threading.Event()
+        self._finished = threading.Event()
+        self._queue: queue.Queue[StreamEvent] = queue.Queue()
+        headers = {"Accept": "text/event-stream"}
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = str(last_event_id)
+        self._client = server.client(user)
+        self._thread = threading.Thread(
+            target=self._run, args=(f"/v1/sessions/{session_id}/stream", headers), daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, path: str, headers: dict[str, str]) -> None:
+        try:
+            with self._client.stream("GET", path, headers=headers) as response:
+                self.status_code = response.status_code
+                self.headers = dict(response.headers)
+                self._connected.set()
+                if response.status_code != 200:
+                    response.read()
+                    self.body = response.text
+                    return
+                for event_id, event_type, data in sse_events(response.iter_lines()):
+                    parsed: Any = data if data == "[DONE]" else json.loads(data)
+                    event = StreamEvent(int(event_id) if event_id else None, event_type, parsed)
+                    self.events.append(event)
+                    self._queue.put(event)
+                    if event.done or self._until(event):
+                        return
+        except BaseException as exc:  # noqa: BLE001 - surfaced by wait()
+            self.error = exc
+        finally:
+            self._connected.set()
+            self._finished.set()
+            self._client.close()
+
+    def wait_connected(self, deadline_s: float = 30.0) -> None:
+        if not self._connected.wait(deadline_s):
+            raise TimeoutError("the stream did not answer")
+
+    def wait(self, deadline_s: float = 60.0) -> list[StreamEvent]:
+        if not self._finished.wait(deadline_s):
+            raise TimeoutError(f"the stream did not finish in {deadline_s:g} s; got {self.types()}")
+        if self.error is not None:
+            raise self.error
+        return self.events
+
+    def wait_for(
+        self, predicate: Callable[[StreamEvent], bool], deadline_s: float = 60.0
+    ) -> StreamEvent:
+        import queue
+
+        end = time.monotonic() + deadline_s
+        seen = [event for event in list(self.events) if predicate(event)]
+        if seen:
+            return seen[0]
+        while time.monotonic() < end:
+            try:
+                event = self._queue.get(timeout=min(0.5, max(end - time.monotonic(), 0.01)))
+            except queue.Empty:
+                if self._finished.is_set() and self._queue.empty():
+                    break
+                continue
+            if predicate(event):
+                return event
+        raise TimeoutError(f"no matching stream event; got {self.types()}")
+
+    def types(self) -> list[str]:
+        return [event.type for event in self.events]
+
+    def payloads(self) -> list[tuple[int | None, str, Any]]:
+        return [(event.id, event.type, event.data) for event in self.events if event.id is not None]
+
+
+def is_final_idle(event: StreamEvent) -> bool:
+    return event.type == "session.status" and event.data.get("status") in ("idle", "failed")

@@ -56,16 +56,7 @@ class Command(BaseCommand):
         get_or_create_user(settings.OMNIGENT_LOCAL_USER)
 
         server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-b",
-                host,
-                "-p",
-                str(port),
-                "omnigent_site.asgi:application",
-            ],
+            [sys.executable, "-m", "omnigent_site.serve", "--host", host, "--port", str(port)],
             env=env,
         )
         children = [server]

@@ -1,0 +1,578 @@
+"""The HTTP side of the relay against a stub runner on a real tunnel (http-api.md, Events).
+
+The stub runner is a ``WebsocketCommunicator`` on ``omnigent_site.asgi.application``
+that completed ``hello``; the HTTP calls go through ``django.test.AsyncClient``. Both
+share the event loop and the in-memory channel layer, so a request that waits for
+the runner is started as a task while the stub reads and answers the command.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.test import AsyncClient
+
+from omnigent_site.asgi import application
+from omnigent_site.authentication import get_or_create_user
+from runners import services
+from runners.client import PROTOCOL_VERSION
+from runners.identity import derive_runner_id
+from runners.models import Runner
+from sessions.models import Item, Permission, Response, Session
+from sessions.services import create_session_from_bundle
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.django_db(transaction=True)]
+
+ALICE = "alice@example.com"
+BOB = "bob@example.com"
+TOKEN_HEADER = b"x-omnigent-runner-tunnel-token"
+FRAME_TIMEOUT = 3.0
+HTTP_TIMEOUT = 15.0
+MESSAGE = {"role": "user", "content": [{"type": "input_text", "text": "hello runner"}]}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+    },
+}
+
+in_db = database_sync_to_async
+
+
+# --------------------------------------------------------------------- helpers
+
+
+class StubRunner:
+    """The runner's end of a live tunnel: reads commands and answers them."""
+
+    def __init__(self, comm: WebsocketCommunicator, runner_id: str) -> None:
+        self.comm = comm
+        self.runner_id = runner_id
+
+    async def recv(self, timeout: float = FRAME_TIMEOUT) -> dict[str, Any]:
+        return await self.comm.receive_json_from(timeout=timeout)
+
+    async def expect(self, kind: str) -> dict[str, Any]:
+        frame = await self.recv()
+        assert frame["type"] == kind, frame
+        return frame
+
+    async def ack(self, frame: dict[str, Any]) -> None:
+        await self.comm.send_json_to({"type": "ack", "id": frame["id"]})
+
+    async def nack(self, frame: dict[str, Any], code: str = "busy") -> None:
+        await self.comm.send_json_to(
+            {"type": "nack", "id": frame["id"], "error": {"code": code, "message": "no"}}
+        )
+
+    async def nothing_pending(self) -> None:
+        """Prove no command was queued for the runner: the next frame is this probe's ack."""
+        await self.comm.send_json_to(
+            {"type": "event", "session_id": "conv_probe", "seq": 1, "event": {}}
+        )
+        frame = await self.recv()
+        assert frame == {"type": "event.ack", "session_id": "conv_probe", "seq": 1}, frame
+
+    async def drop(self) -> None:
+        await self.comm.disconnect(timeout=FRAME_TIMEOUT)
+
+
+class Stubs:
+    def __init__(self) -> None:
+        self.opened: list[WebsocketCommunicator] = []
+
+    async def online(self, token: str, *, open_sessions: list[str] | None = None) -> StubRunner:
+        runner_id = derive_runner_id(token)
+        comm = WebsocketCommunicator(
+            application,
+            f"/v1/runners/{runner_id}/tunnel",
+            headers=[(TOKEN_HEADER, token.encode())],
+        )
+        comm.scope["client"] = ("127.0.0.1", 5000)
+        self.opened.append(comm)
+        connected, _ = await comm.connect(timeout=FRAME_TIMEOUT)
+        assert connected
+        await comm.send_json_to(
+            {
+                "type": "hello",
+                "protocol": PROTOCOL_VERSION,
+                "runner_version": "stub",
+                "workspace": {"root": "/tmp/stub", "vcs": "none"},
+                "capabilities": {},
+                "open_sessions": open_sessions or [],
+            }
+        )
+        welcome = await comm.receive_json_from(timeout=FRAME_TIMEOUT)
+        assert welcome["type"] == "welcome", welcome
+        return StubRunner(comm, runner_id)
+
+    async def close_all(self) -> None:
+        for comm in self.opened:
+            future = comm._future
+            if future is None or future.done():
+                continue
+            try:
+                await comm.disconnect(timeout=FRAME_TIMEOUT)
+            except BaseException:  # noqa: BLE001 - teardown must reach every tunnel
+                comm.stop(exceptions=False)
+        for task in asyncio.all_tasks():
+            if getattr(task.get_coro(), "__name__", "") == "fail_after_grace":
+                task.cancel()
+
+
+@pytest.fixture
+async def stubs() -> AsyncIterator[Stubs]:
+    layer = get_channel_layer()
+    await layer.flush()
+    opened = Stubs()
+    try:
+        yield opened
+    finally:
+        await opened.close_all()
+        await layer.flush()
+
+
+async def call(method: str, path: str, user: str, body: Any = None) -> Any:
+    client = AsyncClient()
+    kwargs: dict[str, Any] = {"headers": {"X-Forwarded-Email": user}}
+    if body is not None:
+        kwargs.update(data=json.dumps(body), content_type="application/json")
+    async with asyncio.timeout(HTTP_TIMEOUT):
+        return await getattr(client, method)(path, **kwargs)
+
+
+async def post_event(session_id: str, body: dict[str, Any], user: str = ALICE) -> Any:
+    return await call("post", f"/v1/sessions/{session_id}/events", user, body)
+
+
+async def patch_runner(session_id: str, runner_id: str, user: str = ALICE) -> Any:
+    return await call("patch", f"/v1/sessions/{session_id}", user, {"runner_id": runner_id})
+
+
+def start(coro: Any) -> asyncio.Task[Any]:
+    """Run an HTTP call in the background while the stub answers the runner's side."""
+    return asyncio.ensure_future(coro)
+
+
+def error_of(response: Any, status: int, code: str) -> str:
+    assert response.status_code == status, (response.status_code, response.content[:500])
+    body = json.loads(response.content)
+    assert list(body) == ["error"] and body["error"]["code"] == code, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    return body["error"]["message"]
+
+
+def body_of(response: Any, status: int) -> dict[str, Any]:
+    assert response.status_code == status, (response.status_code, response.content[:500])
+    return json.loads(response.content)
+
+
+@pytest.fixture
+def alice() -> Any:
+    return get_or_create_user(ALICE)
+
+
+@pytest.fixture
+def bob() -> Any:
+    return get_or_create_user(BOB)
+
+
+@pytest.fixture
+def runner_token(alice: Any) -> tuple[Runner, str]:
+    return services.register_runner(owner=alice, name="stub")
+
+
+@pytest.fixture
+def session(alice: Any, make_bundle: Callable[..., bytes]) -> Session:
+    return create_session_from_bundle(user=alice, data=make_bundle())
+
+
+async def bind(session: Session, runner: Runner) -> None:
+    """Bind through the ORM (no ``session.open`` is sent: the first turn sends it)."""
+    await in_db(Session.objects.filter(pk=session.pk).update)(runner=runner)
+
+
+async def grant(session: Session, user: Any, level: int) -> None:
+    await in_db(Permission.objects.create)(session=session, user=user, level=level)
+
+
+def counts(session_id: str) -> tuple[int, int]:
+    return (
+        Item.objects.filter(session_id=session_id).count(),
+        Response.objects.filter(session_id=session_id).count(),
+    )
+
+
+# --------------------------------------------------------------- PATCH runner_id
+
+
+async def test_owner_binds_an_online_runner_and_it_gets_session_open(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    response = await patch_runner(session.id, runner.id)
+    body = body_of(response, 200)
+    assert body["runner_id"] == runner.id
+    assert body["runner_online"] is True
+    opened = await stub.expect("session.open")
+    assert opened["session_id"] == session.id
+    assert opened["agent"]["id"] == session.agent_id
+    assert opened["history"] == []
+    await stub.ack(opened)
+    await stub.nothing_pending()
+    stored = await in_db(Session.objects.get)(pk=session.id)
+    assert stored.runner_id == runner.id
+    assert stored.runner_generation_opened == 1
+
+
+async def test_only_the_owner_binds_a_runner(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str], bob: Any
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await grant(session, bob, Permission.Level.MANAGE)
+    error_of(await patch_runner(session.id, runner.id, user=BOB), 403, "forbidden")
+    assert (await in_db(Session.objects.get)(pk=session.id)).runner_id is None
+    await stub.nothing_pending()
+
+
+async def test_binding_an_offline_or_unknown_runner_is_invalid_input(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, _token = runner_token  # registered, never connected
+    message = error_of(await patch_runner(session.id, runner.id), 400, "invalid_input")
+    assert f"runner '{runner.id}' is not registered" in message
+    unknown = "runner_token_" + "0" * 32
+    message = error_of(await patch_runner(session.id, unknown), 400, "invalid_input")
+    assert f"runner '{unknown}' is not registered" in message
+    assert (await in_db(Session.objects.get)(pk=session.id)).runner_id is None
+
+
+async def test_binding_another_users_runner_is_forbidden(
+    stubs: Stubs, session: Session, bob: Any
+) -> None:
+    bobs_runner, token = await in_db(services.register_runner)(owner=bob, name="bob's")
+    stub = await stubs.online(token)
+    error_of(await patch_runner(session.id, bobs_runner.id), 403, "forbidden")
+    assert (await in_db(Session.objects.get)(pk=session.id)).runner_id is None
+    await stub.nothing_pending()
+
+
+async def test_empty_runner_id_unbinds(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    body_of(await patch_runner(session.id, runner.id), 200)
+    await stub.ack(await stub.expect("session.open"))
+    body = body_of(await patch_runner(session.id, ""), 200)
+    assert body["runner_id"] is None
+    assert body["runner_online"] is True
+    closed = await stub.expect("session.close")
+    assert closed["session_id"] == session.id
+    assert (await in_db(Session.objects.get)(pk=session.id)).runner_id is None
+
+
+# -------------------------------------------------------- function_call_output
+
+
+def tool_output(call_id: str = "call_42", output: str = '{"temp": 21}') -> dict[str, Any]:
+    return {"type": "function_call_output", "data": {"call_id": call_id, "output": output}}
+
+
+async def test_function_call_output_is_relayed_as_exactly_tool_result(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+    pending = start(post_event(session.id, tool_output()))
+    frame = await stub.expect("tool_result")
+    assert set(frame) == {"type", "call_id", "output", "id", "session_id"}, frame
+    assert frame["call_id"] == "call_42"
+    assert frame["output"] == '{"temp": 21}'
+    assert frame["session_id"] == session.id
+    assert not pending.done()  # the answer waits for the runner's ack
+    await stub.ack(frame)
+    assert body_of(await pending, 202) == {"queued": True, "item_id": "call_42"}
+
+
+async def test_function_call_output_without_a_runner_is_503(session: Session) -> None:
+    error_of(await post_event(session.id, tool_output()), 503, "runner_unavailable")
+
+
+async def test_function_call_output_with_an_offline_runner_is_503(
+    session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, _token = runner_token
+    await bind(session, runner)
+    error_of(await post_event(session.id, tool_output()), 503, "runner_unavailable")
+
+
+async def test_function_call_output_not_acknowledged_in_time_is_503(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str], settings: Any
+) -> None:
+    settings.OMNIGENT_RELAY_TIMEOUT_S = 0.5
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+    started = time.monotonic()
+    pending = start(post_event(session.id, tool_output()))
+    await stub.expect("tool_result")
+    error_of(await pending, 503, "runner_unavailable")
+    assert time.monotonic() - started >= 0.5
+
+
+async def test_function_call_output_when_the_tunnel_drops_is_503_at_once(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str], settings: Any
+) -> None:
+    settings.OMNIGENT_RELAY_TIMEOUT_S = 10.0
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+    started = time.monotonic()
+    pending = start(post_event(session.id, tool_output()))
+    await stub.expect("tool_result")
+    await stub.drop()
+    error_of(await pending, 503, "runner_unavailable")
+    assert time.monotonic() - started < 5.0
+
+
+async def test_function_call_output_nacked_is_503(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+    pending = start(post_event(session.id, tool_output()))
+    await stub.nack(await stub.expect("tool_result"))
+    error_of(await pending, 503, "runner_unavailable")
+
+
+async def test_function_call_output_needs_call_id_and_output(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+    for data in ({"call_id": "call_1"}, {"output": "x"}, {"call_id": "call_1", "output": 3}):
+        body = {"type": "function_call_output", "data": data}
+        error_of(await post_event(session.id, body), 400, "invalid_input")
+    await stub.nothing_pending()
+
+
+# --------------------------------------------------------------------- message
+
+
+def message_event(**extra: Any) -> dict[str, Any]:
+    return {"type": "message", "data": MESSAGE, **extra}
+
+
+async def test_message_without_a_runner_is_503_and_stores_nothing(session: Session) -> None:
+    error_of(await post_event(session.id, message_event()), 503, "runner_unavailable")
+    assert await in_db(counts)(session.id) == (0, 0)
+    assert (await in_db(Session.objects.get)(pk=session.id)).status == Session.Status.IDLE
+
+
+async def test_message_with_an_offline_runner_is_503_and_stores_nothing(
+    session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, _token = runner_token  # bound but never connected
+    await bind(session, runner)
+    message = error_of(await post_event(session.id, message_event()), 503, "runner_unavailable")
+    assert runner.id in message
+    assert await in_db(counts)(session.id) == (0, 0)
+
+
+async def test_message_opens_the_session_then_starts_the_turn(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+
+    pending = start(post_event(session.id, message_event(tools=[TOOL])))
+    opened = await stub.expect("session.open")
+    assert opened["session_id"] == session.id
+    await stub.ack(opened)
+    turn = await stub.expect("turn.start")
+    assert set(turn) == {"type", "id", "session_id", "response_id", "input", "tools"}, turn
+    assert turn["session_id"] == session.id
+    assert turn["tools"] == [TOOL]
+    [user_item] = turn["input"]
+    assert user_item["type"] == "message"
+    assert user_item["role"] == "user"
+    assert user_item["content"] == MESSAGE["content"]
+    assert user_item["response_id"] == turn["response_id"]
+    assert user_item["created_by"] == ALICE
+    assert not pending.done()
+    await stub.ack(turn)
+    body = body_of(await pending, 202)
+    assert body == {
+        "queued": True,
+        "item_id": user_item["id"],
+        "response_id": turn["response_id"],
+    }
+
+    stored = await in_db(Response.objects.get)(pk=body["response_id"])
+    assert stored.session_id == session.id
+    assert stored.status == Response.Status.QUEUED
+    assert stored.tools == [TOOL]
+    item = await in_db(Item.objects.get)(session_id=session.id, id=body["item_id"])
+    assert item.data["role"] == "user"
+    assert item.response_id == body["response_id"]
+    current = await in_db(Session.objects.get)(pk=session.id)
+    assert current.status == Session.Status.RUNNING
+    assert current.active_response_id == body["response_id"]
+
+    # The session is open on this connection now: the next message only starts a turn.
+    pending = start(post_event(session.id, message_event()))
+    second = await stub.expect("turn.start")
+    assert second["response_id"] != turn["response_id"]
+    await stub.ack(second)
+    assert body_of(await pending, 202)["response_id"] == second["response_id"]
+
+
+async def test_message_with_a_plain_string_content_is_accepted(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token, open_sessions=[session.id])
+    await bind(session, runner)
+    await in_db(Session.objects.filter(pk=session.id).update)(runner_generation_opened=1)
+    body = {"type": "message", "data": {"role": "user", "content": "plain text"}}
+    pending = start(post_event(session.id, body))
+    turn = await stub.expect("turn.start")
+    assert turn["input"][0]["content"] == [{"type": "input_text", "text": "plain text"}]
+    await stub.ack(turn)
+    body_of(await pending, 202)
+
+
+async def test_message_not_acknowledged_fails_the_turn_and_keeps_the_item(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str], settings: Any
+) -> None:
+    settings.OMNIGENT_RELAY_TIMEOUT_S = 0.5
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+    pending = start(post_event(session.id, message_event()))
+    await stub.ack(await stub.expect("session.open"))
+    turn = await stub.expect("turn.start")  # never acknowledged
+    error_of(await pending, 503, "runner_unavailable")
+
+    stored = await in_db(Response.objects.get)(pk=turn["response_id"])
+    assert stored.status == Response.Status.FAILED
+    assert stored.error["code"] == "runner_unreachable"
+    assert stored.completed_at is not None
+    assert await in_db(
+        Item.objects.filter(session_id=session.id, id=turn["input"][0]["id"]).exists
+    )()
+    current = await in_db(Session.objects.get)(pk=session.id)
+    assert current.status == Session.Status.FAILED
+    assert current.last_task_error["code"] == "runner_unreachable"
+
+
+async def test_message_nacked_by_the_runner_is_503(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+    pending = start(post_event(session.id, message_event()))
+    await stub.ack(await stub.expect("session.open"))
+    turn = await stub.expect("turn.start")
+    await stub.nack(turn)
+    error_of(await pending, 503, "runner_unavailable")
+    stored = await in_db(Response.objects.get)(pk=turn["response_id"])
+    assert stored.error["code"] == "runner_unreachable"
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [
+        [{"type": "function", "function": {"name": "bad name!"}}],
+        [{"type": "function", "function": {"name": ""}}],
+        [{"type": "function"}],
+        [{"type": "retrieval", "function": {"name": "ok"}}],
+        [{"type": "function", "function": {"name": "ok", "parameters": "not a schema"}}],
+        "not a list",
+    ],
+)
+async def test_message_with_malformed_tools_is_400(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str], tools: Any
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+    error_of(await post_event(session.id, message_event(tools=tools)), 400, "invalid_input")
+    assert await in_db(counts)(session.id) == (0, 0)
+    await stub.nothing_pending()
+
+
+async def test_interrupt_without_a_runner_is_accepted(session: Session) -> None:
+    body = body_of(await post_event(session.id, {"type": "interrupt"}), 202)
+    assert body == {"queued": False}
+
+
+async def test_interrupt_is_relayed_to_the_runner(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+    pending = start(post_event(session.id, {"type": "interrupt"}))
+    frame = await stub.expect("turn.interrupt")
+    assert set(frame) == {"type", "id", "session_id"}
+    assert frame["session_id"] == session.id
+    await stub.ack(frame)
+    assert body_of(await pending, 202) == {"queued": False}
+
+
+async def test_interrupt_nacked_is_still_accepted(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+    pending = start(post_event(session.id, {"type": "interrupt"}))
+    await stub.nack(await stub.expect("turn.interrupt"))
+    assert body_of(await pending, 202) == {"queued": False}
+
+
+async def test_unknown_event_type_is_400(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+    error_of(await post_event(session.id, {"type": "explode", "data": {}}), 400, "invalid_input")
+    error_of(await post_event(session.id, {"data": {}}), 400, "invalid_input")
+    await stub.nothing_pending()
+
+
+async def test_read_only_user_cannot_post_events(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str], bob: Any
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+    await grant(session, bob, Permission.Level.READ)
+    for body in (message_event(), tool_output(), {"type": "interrupt"}):
+        error_of(await post_event(session.id, body, user=BOB), 403, "forbidden")
+    assert await in_db(counts)(session.id) == (0, 0)
+    await stub.nothing_pending()
+
+
+async def test_stranger_gets_404(session: Session) -> None:
+    error_of(await post_event(session.id, message_event(), user=BOB), 404, "not_found")
