@@ -11,6 +11,7 @@ Not thread-safe: it is only touched from the tunnel's event loop.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections import deque
 from dataclasses import dataclass, field
@@ -20,6 +21,10 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_UNACKED = 10_000
 BACKLOG_FULL_CODE = "event_backlog_full"
+TOO_LARGE_CODE = "event_too_large"
+# The server refuses WebSocket messages above its frame limit (16 MiB by default);
+# keep room for the frame's envelope.
+DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024 - 64 * 1024
 
 Frame = dict[str, Any]
 
@@ -40,10 +45,15 @@ class _SessionLog:
 class Outbox:
     """Numbers events per session and holds them until acknowledged."""
 
-    def __init__(self, max_unacked: int = DEFAULT_MAX_UNACKED) -> None:
+    def __init__(
+        self,
+        max_unacked: int = DEFAULT_MAX_UNACKED,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    ) -> None:
         if max_unacked < 1:
             raise ValueError("max_unacked must be at least 1")
         self._max_unacked = max_unacked
+        self._max_event_bytes = max_event_bytes
         self._sessions: dict[str, _SessionLog] = {}
         self._total = 0
 
@@ -76,6 +86,7 @@ class Outbox:
         ``session.status failed`` (``event_backlog_full``), which is kept past the cap so
         the server learns why the session went quiet; further events are dropped.
         """
+        event = self._fit(event)
         log = self._log(session_id)
         response_id = event.get("response_id")
         if not isinstance(response_id, str):
@@ -111,6 +122,30 @@ class Outbox:
             },
         }
         return self._store(session_id, log, failure)
+
+    def _fit(self, event: dict[str, Any]) -> dict[str, Any]:
+        """An event the server would refuse (too large) becomes a failure it can store.
+
+        Sending it would close the tunnel on every resend and wedge the session.
+        """
+        size = len(json.dumps(event, separators=(",", ":")).encode("utf-8"))
+        if size <= self._max_event_bytes:
+            return event
+        logger.error(
+            "event %s of %d bytes exceeds the %d-byte frame limit: reporting the turn failed",
+            event.get("type"),
+            size,
+            self._max_event_bytes,
+        )
+        return {
+            "type": "session.status",
+            "status": "failed",
+            "response_id": event.get("response_id"),
+            "error": {
+                "code": TOO_LARGE_CODE,
+                "message": f"a {event.get('type')} event of {size} bytes exceeds the tunnel's frame limit",
+            },
+        }
 
     def ack(self, session_id: str, seq: int) -> None:
         """Forget every event of ``session_id`` with ``seq`` at or below ``seq`` (cumulative)."""

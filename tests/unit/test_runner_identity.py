@@ -260,3 +260,22 @@ def test_outbox_failure_without_any_response_id() -> None:
     failure = outbox.emit("a", {"type": "workspace.changes"})
     assert failure is not None
     assert failure["event"]["response_id"] is None
+
+
+def test_outbox_replaces_an_event_too_large_for_a_frame() -> None:
+    from runners.client.outbox import TOO_LARGE_CODE, Outbox
+
+    outbox = Outbox(max_event_bytes=1000)
+    small = outbox.emit(
+        "conv_1", {"type": "response.output_text.delta", "response_id": "r1", "delta": "x"}
+    )
+    big = outbox.emit(
+        "conv_1",
+        {"type": "response.output_item.done", "response_id": "r1", "item": {"text": "y" * 5000}},
+    )
+    assert small is not None and small["event"]["delta"] == "x"
+    assert big is not None and big["seq"] == 2
+    assert big["event"]["type"] == "session.status"
+    assert big["event"]["status"] == "failed"
+    assert big["event"]["response_id"] == "r1"
+    assert big["event"]["error"]["code"] == TOO_LARGE_CODE
