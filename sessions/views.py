@@ -3,10 +3,7 @@ authorize, call a service or selector, render."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.conf import settings
-from django.db.models import Q
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import NotFound, UnsupportedMediaType, ValidationError
@@ -20,7 +17,7 @@ from omnigent_site.errors import PayloadTooLarge
 from omnigent_site.pagination import paginate, parse_list_params
 
 from . import selectors, services
-from .models import Agent, Permission, Session
+from .models import Permission
 from .permissions import EDIT, MANAGE, OWNER, READ, SessionAccess, SessionScopedMixin
 from .serializers import (
     AgentOutSerializer,
@@ -359,6 +356,3 @@ class MeView(APIView):
         return Response(
             {"user_id": request.user.get_username(), "is_admin": selectors.is_admin(request.user)}
         )
-
-
-__all__: list[Any] = [Agent, Session, Q]

@@ -1,0 +1,504 @@
+"""Shared helpers for the benchmark scripts in ``bench/`` (not tests, not a library).
+
+Everything here has a deadline, and every resource it creates is handed to an
+``ExitStack`` so a script cleans it up on normal exit, on an error and on Ctrl-C
+(SIGTERM is turned into ``KeyboardInterrupt`` for the same effect).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import secrets
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import httpx  # noqa: E402
+from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
+from websockets.exceptions import ConnectionClosed  # noqa: E402
+
+from sessions.bundles import build_bundle  # noqa: E402
+from tests.e2e.harness import (  # noqa: E402
+    Server,
+    base_env,
+    free_port,
+    migrate,
+    spawn,
+    wait_until,
+)
+
+USER = "bench@example.com"
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS_URL = "redis://127.0.0.1:6379/0"
+TOKEN_HEADER = "X-Omnigent-Runner-Tunnel-Token"
+MAX_FRAME = 16 * 1024 * 1024
+MIB = 1024 * 1024
+START_DEADLINE_S = 60.0
+COMMAND_TYPES = {"session.open", "turn.start", "tool_result", "turn.interrupt", "session.close"}
+
+
+# --------------------------------------------------------------------------- process hygiene
+
+
+def sigterm_as_interrupt() -> None:
+    """SIGTERM behaves like Ctrl-C, so ``finally`` blocks and the ExitStack run."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def log_dir(stack: contextlib.ExitStack, keep: bool) -> Path:
+    """A private folder for process logs, SQLite files and data (removed unless ``keep``)."""
+    if keep:
+        path = Path(tempfile.mkdtemp(prefix="omnigent-bench-"))
+        print(f"logs kept in {path}", file=sys.stderr)
+        return path
+    return Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="omnigent-bench-")))
+
+
+def common_env(tmp: Path, *, debug: bool, **extra: str) -> dict[str, str]:
+    """Server environment: quiet logs; ``DJANGO_DEBUG=0`` unless ``debug`` (production-like)."""
+    env = base_env(
+        OMNIGENT_DATA_DIR=str(tmp / "data"),
+        OMNIGENT_LOG_LEVEL="WARNING",
+        **extra,
+    )
+    if not debug:
+        env["DJANGO_DEBUG"] = "0"
+        env["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(48)
+    return env
+
+
+def sqlite_env(tmp: Path, *, debug: bool, name: str = "db") -> dict[str, str]:
+    return common_env(tmp, debug=debug, DATABASE_URL=f"sqlite:///{tmp / (name + '.sqlite3')}")
+
+
+def start_daphne(
+    stack: contextlib.ExitStack, *, env: dict[str, str], tmp: Path, name: str
+) -> Server:
+    """One daphne process (``python -m omnigent_site.serve``); stopped by the ExitStack.
+
+    Its stdout (daphne's per-request access log included) and stderr go to
+    ``<tmp>/<name>.log``, never to the terminal.
+    """
+    port = free_port()
+    process = spawn(
+        name,
+        [sys.executable, "-m", "omnigent_site.serve", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        log_dir=tmp,
+    )
+    stack.callback(process.stop)
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        if process.popen.poll() is not None:
+            raise RuntimeError(f"{name} exited: {process.log()[-2000:]}")
+        return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
+
+    wait_until(healthy, deadline_s=START_DEADLINE_S, what=f"{name} to answer /health")
+    return Server(url=url, process=process, env=env)
+
+
+def single_server(stack: contextlib.ExitStack, tmp: Path, *, debug: bool, name: str) -> Server:
+    """A daphne process on a fresh SQLite file with the in-memory channel layer."""
+    env = sqlite_env(tmp, debug=debug, name=name)
+    migrate(env, tmp)
+    return start_daphne(stack, env=env, tmp=tmp, name=name)
+
+
+@contextlib.contextmanager
+def postgres_database() -> Iterator[str]:
+    """A fresh PostgreSQL database, dropped (connections forced off) afterwards."""
+    import psycopg
+
+    name = f"omnigent_bench_{secrets.token_hex(4)}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgres://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def drop_redis_prefix(prefix: str) -> None:
+    """Delete the channel layer's keys of this run (they would expire anyway)."""
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+def two_servers(stack: contextlib.ExitStack, tmp: Path, *, debug: bool) -> tuple[Server, Server]:
+    """Two daphne processes on one new PostgreSQL database and one Redis."""
+    pg_url = stack.enter_context(postgres_database())
+    prefix = f"omnigent-bench-{secrets.token_hex(4)}"
+    stack.callback(drop_redis_prefix, prefix)
+    env = common_env(tmp, debug=debug, DATABASE_URL=pg_url, REDIS_URL=REDIS_URL)
+    env["OMNIGENT_CHANNEL_PREFIX"] = prefix
+    migrate(env, tmp)
+    first = start_daphne(stack, env=env, tmp=tmp, name="daphne-a")
+    second = start_daphne(stack, env=env, tmp=tmp, name="daphne-b")
+    return first, second
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of ``pid`` from /proc (VmRSS, in kB)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def mib(value: int | float) -> float:
+    return round(value / MIB, 2)
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    if not sorted_values:
+        return math.nan
+    pos = (len(sorted_values) - 1) * q
+    low, high = math.floor(pos), math.ceil(pos)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (pos - low)
+
+
+def summary_ms(samples_s: list[float]) -> dict[str, float | int]:
+    """p50/p95/p99/mean/min/max in milliseconds of samples given in seconds."""
+    values = sorted(samples_s)
+    if not values:
+        return {"n": 0}
+    return {
+        "n": len(values),
+        "p50_ms": round(percentile(values, 0.50) * 1000, 3),
+        "p95_ms": round(percentile(values, 0.95) * 1000, 3),
+        "p99_ms": round(percentile(values, 0.99) * 1000, 3),
+        "mean_ms": round(sum(values) / len(values) * 1000, 3),
+        "min_ms": round(values[0] * 1000, 3),
+        "max_ms": round(values[-1] * 1000, 3),
+    }
+
+
+def fmt(stats: dict[str, Any]) -> str:
+    if not stats.get("n"):
+        return "no samples"
+    return (
+        f"n={stats['n']}  p50={stats['p50_ms']:.2f} ms  p95={stats['p95_ms']:.2f} ms  "
+        f"mean={stats['mean_ms']:.2f} ms  max={stats['max_ms']:.2f} ms"
+    )
+
+
+def final_json(payload: dict[str, Any]) -> None:
+    print(json.dumps(payload, sort_keys=True), flush=True)
+
+
+# --------------------------------------------------------------------------- HTTP helpers
+
+
+def agent_bundle(*, os_env: bool) -> bytes:
+    spec = "name: bench-agent\nprompt: You are a benchmark agent.\nexecutor:\n  model: mock-model\n"
+    if os_env:
+        spec += "os_env:\n  type: caller_process\n  cwd: .\n"
+    return build_bundle({"agent.yaml": spec})
+
+
+def async_client(
+    base_url: str, *, connections: int = 20, timeout: float = 30.0
+) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=base_url,
+        headers={"X-Forwarded-Email": USER},
+        timeout=timeout,
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+    )
+
+
+async def register_runner(client: httpx.AsyncClient, name: str = "bench") -> tuple[str, str]:
+    response = await client.post("/v1/runners", json={"name": name})
+    response.raise_for_status()
+    body = response.json()
+    return body["runner_id"], body["binding_token"]
+
+
+async def wait_online(client: httpx.AsyncClient, runner_id: str, deadline_s: float = 30.0) -> None:
+    async with asyncio.timeout(deadline_s):
+        while True:
+            body = (await client.get(f"/v1/runners/{runner_id}/status")).json()
+            if body.get("online") is True:
+                return
+            await asyncio.sleep(0.05)
+
+
+async def create_session(client: httpx.AsyncClient, bundle: bytes, title: str = "bench") -> str:
+    response = await client.post(
+        "/v1/sessions",
+        files={"bundle": ("agent.tar.gz", bundle, "application/gzip")},
+        data={"metadata": json.dumps({"title": title})},
+    )
+    response.raise_for_status()
+    return str(response.json()["session_id"])
+
+
+async def bind(client: httpx.AsyncClient, session_id: str, runner_id: str) -> None:
+    response = await client.patch(f"/v1/sessions/{session_id}", json={"runner_id": runner_id})
+    response.raise_for_status()
+
+
+async def post_message(client: httpx.AsyncClient, session_id: str, text: str) -> dict[str, Any]:
+    response = await client.post(
+        f"/v1/sessions/{session_id}/events",
+        json={"type": "message", "data": {"role": "user", "content": text}},
+    )
+    if response.status_code != 202:
+        raise RuntimeError(f"message → HTTP {response.status_code}: {response.text[:300]}")
+    return dict(response.json())
+
+
+async def within(coro: Awaitable[Any], deadline_s: float, what: str) -> Any:
+    try:
+        async with asyncio.timeout(deadline_s):
+            return await coro
+    except TimeoutError:
+        raise TimeoutError(f"timed out after {deadline_s:g} s waiting for {what}") from None
+
+
+# --------------------------------------------------------------------------- stub runner
+
+
+class StubRunner:
+    """A minimal tunnel client: hello, then ack every command and answer every ping.
+
+    Not an agent: it never runs a turn, so what a benchmark measures around it is the
+    server's relay path. ``on_command(frame, t_recv)`` is called for each command
+    before its ack is sent.
+    """
+
+    def __init__(
+        self,
+        server_url: str,
+        runner_id: str,
+        token: str,
+        *,
+        on_command: Callable[[dict[str, Any], float], None] | None = None,
+    ) -> None:
+        self.url = server_url.replace("http://", "ws://", 1) + f"/v1/runners/{runner_id}/tunnel"
+        self.runner_id = runner_id
+        self.token = token
+        self.on_command = on_command
+        self.ws: ClientConnection | None = None
+        self.reader: asyncio.Task[None] | None = None
+        self.commands: dict[str, int] = {}
+        self.pings = 0
+        self.acked: dict[str, int] = {}
+        self.ack_waiters: list[tuple[str, int, asyncio.Future[None]]] = []
+        self.closed: str | None = None
+        self.command_waiters: list[tuple[str, asyncio.Future[dict[str, Any]]]] = []
+
+    async def start(self, deadline_s: float = 30.0) -> None:
+        async with asyncio.timeout(deadline_s):
+            self.ws = await connect(
+                self.url,
+                additional_headers={TOKEN_HEADER: self.token},
+                max_size=MAX_FRAME,
+                ping_interval=None,  # liveness is the server's ping/pong frames
+                open_timeout=deadline_s,
+                close_timeout=5,
+            )
+            await self.ws.send(
+                json.dumps(
+                    {
+                        "type": "hello",
+                        "protocol": 1,
+                        "runner_version": "bench",
+                        "workspace": {"root": "/tmp", "vcs": "none"},
+                        "capabilities": {},
+                        "open_sessions": [],
+                    }
+                )
+            )
+            while True:
+                frame = json.loads(await self.ws.recv())
+                if frame.get("type") == "welcome":
+                    break
+                if frame.get("type") == "ping":
+                    await self.ws.send(json.dumps({"type": "pong", "ts": frame.get("ts")}))
+        self.reader = asyncio.create_task(self._read(), name=f"stub-{self.runner_id[-6:]}")
+
+    async def _read(self) -> None:
+        assert self.ws is not None
+        try:
+            async for raw in self.ws:
+                t_recv = time.perf_counter()
+                if not isinstance(raw, str):
+                    continue
+                frame = json.loads(raw)
+                kind = frame.get("type")
+                if kind == "ping":
+                    self.pings += 1
+                    await self.ws.send(json.dumps({"type": "pong", "ts": frame.get("ts")}))
+                elif kind in COMMAND_TYPES:
+                    self.commands[kind] = self.commands.get(kind, 0) + 1
+                    if self.on_command is not None:
+                        self.on_command(frame, t_recv)
+                    await self.ws.send(json.dumps({"type": "ack", "id": frame.get("id")}))
+                    self._wake_commands(kind, frame)
+                elif kind == "rpc":
+                    await self.ws.send(
+                        json.dumps(
+                            {"type": "rpc.result", "id": frame.get("id"), "ok": True, "result": {}}
+                        )
+                    )
+                elif kind == "event.ack":
+                    self.acked[frame["session_id"]] = int(frame["seq"])
+                    self._wake_acks()
+        except ConnectionClosed as exc:
+            self.closed = f"closed: {exc}"
+        except Exception as exc:  # noqa: BLE001 - reported by the benchmark
+            self.closed = f"reader failed: {exc!r}"
+        else:
+            self.closed = "closed"
+
+    def _wake_commands(self, kind: str, frame: dict[str, Any]) -> None:
+        for waiter in [w for w in self.command_waiters if w[0] == kind]:
+            self.command_waiters.remove(waiter)
+            if not waiter[1].done():
+                waiter[1].set_result(frame)
+
+    def _wake_acks(self) -> None:
+        for waiter in list(self.ack_waiters):
+            session_id, seq, future = waiter
+            if self.acked.get(session_id, 0) >= seq:
+                self.ack_waiters.remove(waiter)
+                if not future.done():
+                    future.set_result(None)
+
+    def expect_command(self, kind: str) -> asyncio.Future[dict[str, Any]]:
+        """A future for the next command of ``kind`` (register it before causing it)."""
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.command_waiters.append((kind, future))
+        return future
+
+    async def wait_acked(self, session_id: str, seq: int, deadline_s: float) -> None:
+        if self.acked.get(session_id, 0) >= seq:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.ack_waiters.append((session_id, seq, future))
+        await within(future, deadline_s, f"event.ack {seq} of {session_id}")
+
+    async def send_event(self, session_id: str, seq: int, event: dict[str, Any]) -> None:
+        assert self.ws is not None
+        await self.ws.send(
+            json.dumps({"type": "event", "session_id": session_id, "seq": seq, "event": event})
+        )
+
+    async def close(self) -> None:
+        if self.ws is not None:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(5):
+                    await self.ws.close()
+        if self.reader is not None:
+            self.reader.cancel()
+            with contextlib.suppress(BaseException):
+                await self.reader
+
+
+# --------------------------------------------------------------------------- SSE subscriber
+
+
+class SSESubscriber:
+    """Reads ``/v1/sessions/{id}/stream`` and calls ``on_event(type, data_text, t_recv)``.
+
+    ``connected`` is set when the first ``session.heartbeat`` arrives. Parsing is kept
+    light (the JSON is decoded by the callback only when it needs it) because a single
+    benchmark process may read hundreds of streams.
+    """
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        session_id: str,
+        on_event: Callable[[str, str, float], None],
+    ) -> None:
+        self.client = client
+        self.session_id = session_id
+        self.on_event = on_event
+        self.connected = asyncio.Event()
+        self.error: BaseException | None = None
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            async with self.client.stream(
+                "GET",
+                f"/v1/sessions/{self.session_id}/stream",
+                headers={"Accept": "text/event-stream"},
+                timeout=httpx.Timeout(30.0, read=None),
+            ) as response:
+                if response.status_code != 200:
+                    await response.aread()
+                    raise RuntimeError(
+                        f"stream → HTTP {response.status_code}: {response.text[:200]}"
+                    )
+                event_type = "message"
+                async for line in response.aiter_lines():
+                    if line.startswith("event:"):
+                        event_type = line[6:].strip()
+                    elif line.startswith("data:"):
+                        t_recv = time.perf_counter()
+                        data = line[5:].lstrip()
+                        if data == "[DONE]":
+                            return
+                        if event_type == "session.heartbeat":
+                            self.connected.set()
+                        self.on_event(event_type, data, t_recv)
+                    elif line == "":
+                        event_type = "message"
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - reported by the benchmark
+            self.error = exc
+        finally:
+            self.connected.set()
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(BaseException):
+            await self.task
+
+
+async def gather_limited(coros: list[Awaitable[Any]], limit: int) -> list[Any]:
+    """``asyncio.gather`` with at most ``limit`` coroutines running at a time."""
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(coro: Awaitable[Any]) -> Any:
+        async with semaphore:
+            return await coro
+
+    return await asyncio.gather(*(one(c) for c in coros))
+
+
+def env_summary() -> dict[str, Any]:
+    return {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
