@@ -162,6 +162,20 @@ def two_servers(stack: contextlib.ExitStack, tmp: Path, *, debug: bool) -> tuple
     return first, second
 
 
+def wait_runner_online(
+    server: Server, runner_id: str, process: Any, deadline_s: float = 60.0
+) -> None:
+    """Poll the runner's status as :data:`USER` (its owner) until it reads online."""
+    with server.client(USER) as client:
+
+        def online() -> bool:
+            if process.popen.poll() is not None:
+                raise RuntimeError(f"runner exited: {process.log()[-2000:]}")
+            return client.get(f"/v1/runners/{runner_id}/status").json().get("online") is True
+
+        wait_until(online, deadline_s=deadline_s, what=f"runner {runner_id} to be online")
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of ``pid`` from /proc (VmRSS, in kB)."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -303,11 +317,13 @@ class StubRunner:
         token: str,
         *,
         on_command: Callable[[dict[str, Any], float], None] | None = None,
+        on_ack: Callable[[str, int, float], None] | None = None,
     ) -> None:
         self.url = server_url.replace("http://", "ws://", 1) + f"/v1/runners/{runner_id}/tunnel"
         self.runner_id = runner_id
         self.token = token
         self.on_command = on_command
+        self.on_ack = on_ack
         self.ws: ClientConnection | None = None
         self.reader: asyncio.Task[None] | None = None
         self.commands: dict[str, int] = {}
@@ -373,6 +389,8 @@ class StubRunner:
                     )
                 elif kind == "event.ack":
                     self.acked[frame["session_id"]] = int(frame["seq"])
+                    if self.on_ack is not None:
+                        self.on_ack(frame["session_id"], int(frame["seq"]), t_recv)
                     self._wake_acks()
         except ConnectionClosed as exc:
             self.closed = f"closed: {exc}"

@@ -47,10 +47,11 @@ from bench._common import (  # noqa: E402
     sigterm_as_interrupt,
     single_server,
     summary_ms,
+    wait_runner_online,
     within,
 )
 from runners.mockllm import MockLLMServer  # noqa: E402
-from tests.e2e.harness import base_env, register_runner, spawn, wait_runner_online  # noqa: E402
+from tests.e2e.harness import base_env, register_runner, spawn  # noqa: E402
 
 TURN_END = ("response.completed", "response.failed", "response.cancelled")
 

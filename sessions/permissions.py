@@ -8,7 +8,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from . import selectors
-from .models import Permission
+from .models import Permission, Session
 
 READ = Permission.Level.READ
 EDIT = Permission.Level.EDIT
@@ -38,6 +38,9 @@ class SessionAccess(BasePermission):
 
 class SessionScopedMixin:
     session_levels: dict[str, int] = {}
+    # Set by SessionAccess before the handler runs.
+    session: Session
+    session_level: int
 
     def required_session_level(self, request: Request) -> int:
         return self.session_levels.get(request.method or "GET", READ)

@@ -1,0 +1,133 @@
+"""The stream view at the ASGI level: resources are released, the log is pruned.
+
+These tests drive ``omnigent_site.asgi.application`` directly with ASGI messages,
+so they can end a connection at an exact moment and look inside the in-memory
+channel layer afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+from omnigent_site.asgi import application
+from omnigent_site.authentication import get_or_create_user
+from sessions.eventlog import record_event, session_group
+from sessions.models import SessionEvent
+from sessions.services import create_session_from_bundle
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.django_db(transaction=True)]
+
+
+def _session(make_bundle: Any) -> str:
+    user = get_or_create_user("alice@example.com")
+    return create_session_from_bundle(user=user, data=make_bundle()).id
+
+
+def _record(session_id: str, count: int) -> None:
+    for index in range(count):
+        with transaction.atomic():
+            record_event(session_id=session_id, payload={"type": "test.event", "n": index})
+
+
+class StreamCall:
+    """One ASGI HTTP request to the stream, with its messages observable."""
+
+    def __init__(
+        self, session_id: str, *, headers: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        self.sent: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": f"/v1/sessions/{session_id}/stream",
+            "raw_path": f"/v1/sessions/{session_id}/stream".encode(),
+            "query_string": b"",
+            "root_path": "",
+            "headers": [(b"host", b"testserver"), (b"x-forwarded-email", b"alice@example.com")]
+            + (headers or []),
+            "client": ("127.0.0.1", 50000),
+            "server": ("testserver", 80),
+        }
+        self.incoming.put_nowait({"type": "http.request", "body": b"", "more_body": False})
+        self.task = asyncio.ensure_future(application(scope, self.incoming.get, self.sent.put))
+
+    async def next_body(self) -> bytes:
+        while True:
+            message = await asyncio.wait_for(self.sent.get(), timeout=10)
+            if message["type"] == "http.response.body" and message.get("body"):
+                return bytes(message["body"])
+
+    async def start(self) -> dict[str, Any]:
+        message = await asyncio.wait_for(self.sent.get(), timeout=10)
+        assert message["type"] == "http.response.start"
+        return message
+
+    async def disconnect(self) -> None:
+        await self.incoming.put({"type": "http.disconnect"})
+        await asyncio.wait_for(self.task, timeout=10)
+
+
+async def test_a_client_that_goes_away_leaves_no_task_and_no_group_membership(
+    make_bundle: Any,
+) -> None:
+    session_id = await database_sync_to_async(_session)(make_bundle)
+    layer = get_channel_layer()
+    group = session_group(session_id)
+    tasks_before = len(asyncio.all_tasks())
+
+    call = StreamCall(session_id)
+    start = await call.start()
+    assert start["status"] == 200
+    assert b"event: session.heartbeat" in await call.next_body()
+    assert len(layer.groups.get(group, {})) == 1
+
+    await call.disconnect()
+    assert call.task.done()
+    assert not layer.groups.get(group)
+    await asyncio.sleep(0)  # let cancelled helpers finish unwinding
+    leftovers = [t for t in asyncio.all_tasks() if not t.done() and t is not asyncio.current_task()]
+    assert len(leftovers) <= tasks_before
+
+
+async def test_replay_then_live_has_no_gap_and_no_duplicate(make_bundle: Any) -> None:
+    session_id = await database_sync_to_async(_session)(make_bundle)
+    await database_sync_to_async(_record)(session_id, 5)
+
+    call = StreamCall(session_id, headers=[(b"last-event-id", b"2")])
+    await call.start()
+    received = b""
+    while received.count(b"event: test.event") < 3:
+        received += await call.next_body()
+    await database_sync_to_async(_record)(session_id, 2)
+    while received.count(b"event: test.event") < 5:
+        received += await call.next_body()
+    ids = [int(line.split(b": ")[1]) for line in received.split(b"\n") if line.startswith(b"id: ")]
+    assert ids == [3, 4, 5, 6, 7]
+    await call.disconnect()
+
+
+async def test_the_event_log_is_pruned_to_the_retention(make_bundle: Any, settings: Any) -> None:
+    settings.OMNIGENT_EVENT_RETENTION = 30
+    session_id = await database_sync_to_async(_session)(make_bundle)
+    await database_sync_to_async(_record)(session_id, 250)
+
+    def stored() -> list[int]:
+        return list(
+            SessionEvent.objects.filter(session_id=session_id)
+            .order_by("seq")
+            .values_list("seq", flat=True)
+        )
+
+    seqs = await database_sync_to_async(stored)()
+    # Pruning runs every 100 events: at 200 it kept 171..200, then 201..250 arrived.
+    assert seqs == list(range(171, 251))
