@@ -47,6 +47,8 @@ def session_open_command(*, session: Session) -> dict[str, Any]:
     return {
         "type": "session.open",
         "session_id": session.id,
+        # The runner numbers this session's events after what the server stored.
+        "last_acked_seq": session.last_runner_seq,
         "agent": {
             "id": agent.id,
             "version": agent.version,
@@ -269,12 +271,12 @@ def _apply(session: Session, event: dict[str, Any]) -> None:
         if response.status == Response.Status.QUEUED:
             response.status = Response.Status.IN_PROGRESS
             response.save(update_fields=["status"])
+        payload = response_payload(response, model=model)
         record_event(
-            session_id=session.id,
-            payload={
-                "type": "response.created",
-                "response": response_payload(response, model=model),
-            },
+            session_id=session.id, payload={"type": "response.created", "response": payload}
+        )
+        record_event(
+            session_id=session.id, payload={"type": "response.in_progress", "response": payload}
         )
     elif kind == "response.output_text.delta":
         delta = event.get("delta")
@@ -325,10 +327,25 @@ def _apply_status(session: Session, event: dict[str, Any]) -> None:
         error = {"code": "failed", "message": "the turn failed"}
     if status == Session.Status.IDLE:
         response_id = None
+    if status == Session.Status.FAILED and response_id:
+        # A runner-side failure (backlog full, event too large) ends its turn too,
+        # so no turn is left open behind a failed session.
+        response = _turn(session, response_id)
+        if response is not None:
+            _finish_turn(
+                response, status=Response.Status.FAILED, error=error, model=session.agent.model
+            )
+        response_id = None
     _set_session_state(session, status=status, response_id=response_id, error=error)
 
 
 def _apply_item(session: Session, event: dict[str, Any]) -> None:
+    """Store a finished item (idempotent by id) and show it to watchers.
+
+    A client-side call waiting for its result (``action_required``) is only shown:
+    it is stored once it completes (tunnel.md), so the transcript never keeps a call
+    that was abandoned.
+    """
     response = _turn(session, _str(event, "response_id"))
     raw = event.get("item")
     if not isinstance(raw, dict):
@@ -337,19 +354,28 @@ def _apply_item(session: Session, event: dict[str, Any]) -> None:
     item_type = _str(raw, "type")
     status = raw.get("status") if isinstance(raw.get("status"), str) else "completed"
     data = {key: value for key, value in raw.items() if key not in ITEM_HEADER_KEYS}
-    item, created = Item.objects.get_or_create(
-        session=session,
-        id=item_id,
-        defaults={"type": item_type, "status": status, "data": data, "response": response},
-    )
-    if not created:
-        item.status, item.data = status, data
-        item.save(update_fields=["status", "data"])
+    response_id = response.id if response else event.get("response_id")
+    if status == "action_required":
+        shown = {
+            **data,
+            "id": item_id,
+            "type": item_type,
+            "status": status,
+            "response_id": response_id,
+            "created_at": unix(timezone.now()),
+            "created_by": None,
+        }
+    else:
+        item, created = Item.objects.get_or_create(
+            session=session,
+            id=item_id,
+            defaults={"type": item_type, "status": status, "data": data, "response": response},
+        )
+        if not created:
+            item.status, item.data = status, data
+            item.save(update_fields=["status", "data"])
+        shown = item.flat()
     record_event(
         session_id=session.id,
-        payload={
-            "type": "response.output_item.done",
-            "response_id": response.id if response else event.get("response_id"),
-            "item": item.flat(),
-        },
+        payload={"type": "response.output_item.done", "response_id": response_id, "item": shown},
     )

@@ -68,7 +68,10 @@ def session_responses(*, session: Session) -> QuerySet[Response]:
 
 def response_output(*, response: Response) -> list[dict]:
     """What the turn produced: its items except the user input that started it."""
-    return [item.flat() for item in response.items.exclude(data__role="user").order_by("seq")]
+    # Filtered here, not in SQL: ``exclude(data__role="user")`` would also drop every
+    # item without a ``role`` key (NULL never compares unequal).
+    items = response.items.order_by("seq")
+    return [item.flat() for item in items if item.data.get("role") != "user"]
 
 
 def template_agents() -> QuerySet[Agent]:

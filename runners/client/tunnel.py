@@ -528,8 +528,14 @@ class RunnerTunnel:
         reply({"type": "rpc.result", "id": rpc_id, "ok": False, "error": error})
 
     async def _open_session(self, frame: dict[str, Any]) -> None:
+        session_id = _require(frame, "session_id", str)
+        last_acked = frame.get("last_acked_seq")
+        if isinstance(last_acked, int) and not isinstance(last_acked, bool) and last_acked >= 0:
+            # A session bound while connected (or bound again) continues the server's
+            # numbering, so its events are not taken for duplicates.
+            self._outbox.resync(session_id, last_acked)
         await self._executor.open_session(
-            session_id=_require(frame, "session_id", str),
+            session_id=session_id,
             agent=_require(frame, "agent", dict),
             history=_optional_list(frame, "history"),
         )

@@ -81,6 +81,7 @@ def test_subscriber_sees_the_whole_turn_in_order_and_two_see_the_same(
         "session.input.consumed",
         "session.status",
         "response.created",
+        "response.in_progress",
         "response.output_item.done",
         "response.output_item.done",
         "session.changed_files.invalidated",
@@ -179,6 +180,8 @@ def test_server_shutdown_ends_the_stream_with_done(
     assert events[-1].done
 
 
+@pytest.mark.postgres
+@pytest.mark.redis
 def test_subscriber_on_process_b_sees_the_runner_on_process_a(
     two_servers: tuple[Server, Server],
     mock_llm: MockLLMServer,
