@@ -61,6 +61,19 @@ def sigterm_as_interrupt() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def run_main(main: Callable[[], int]) -> int:
+    """Run a benchmark's ``main``; on Ctrl-C/SIGTERM report that everything was cleaned up.
+
+    ``main`` holds its resources in an ExitStack, so by the time the interrupt leaves it
+    every process it started is stopped and every database it created is dropped.
+    """
+    try:
+        return main()
+    except KeyboardInterrupt:
+        print("interrupted: started processes stopped, created databases dropped", file=sys.stderr)
+        return 130
+
+
 def log_dir(stack: contextlib.ExitStack, keep: bool) -> Path:
     """A private folder for process logs, SQLite files and data (removed unless ``keep``)."""
     if keep:

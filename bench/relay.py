@@ -40,6 +40,7 @@ from bench._common import (  # noqa: E402
     mib,
     register_runner,
     rss_bytes,
+    run_main,
     sigterm_as_interrupt,
     single_server,
     summary_ms,
@@ -234,4 +235,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

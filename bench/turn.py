@@ -44,6 +44,7 @@ from bench._common import (  # noqa: E402
     gather_limited,
     log_dir,
     post_message,
+    run_main,
     sigterm_as_interrupt,
     single_server,
     summary_ms,
@@ -273,4 +274,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main))

@@ -7,6 +7,7 @@ scaled-out deployment. docs/configuration.md lists every variable.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 from pathlib import Path
@@ -153,16 +154,29 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "var" / "static"
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", str(BASE_DIR / "var" / "static")))
+
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+if env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", False):
+    # Behind a TLS-terminating proxy that sets X-Forwarded-Proto.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # --- Omnigent -----------------------------------------------------------------
 OMNIGENT_LOCAL_SINGLE_USER = env_bool("OMNIGENT_LOCAL_SINGLE_USER", False)
 OMNIGENT_LOCAL_USER = "local"
 OMNIGENT_AUTH_HEADER = os.environ.get("OMNIGENT_AUTH_HEADER", "X-Forwarded-Email").strip()
 OMNIGENT_TRUSTED_PROXIES = env_list("OMNIGENT_TRUSTED_PROXIES", [])
+for _proxy in OMNIGENT_TRUSTED_PROXIES:
+    try:
+        ipaddress.ip_network(_proxy, strict=False)
+    except ValueError as _exc:
+        raise ImproperlyConfigured(
+            f"OMNIGENT_TRUSTED_PROXIES: {_proxy!r} is not an address or network"
+        ) from _exc
 # Uploaded bundles are refused with 413 beyond this many bytes.
-# 12 MiB keeps a bundle's base64 form inside ``session.open`` under the tunnel's
-# 16 MiB frame limit (OMNIGENT_MAX_FRAME_BYTES, read by omnigent_site.serve).
+# A bundle travels base64-encoded inside ``session.open`` (12 MiB become 16 MiB of
+# text); the runner accepts frames of up to 64 MiB from the server, which leaves
+# room for the session's history.
 OMNIGENT_MAX_BUNDLE_BYTES = env_int("OMNIGENT_MAX_BUNDLE_BYTES", 12 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = OMNIGENT_MAX_BUNDLE_BYTES + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = OMNIGENT_MAX_BUNDLE_BYTES + 1024 * 1024
@@ -213,6 +227,9 @@ LOGGING = {
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("OMNIGENT_LOG_LEVEL", "INFO")},
+    "root": {
+        "handlers": ["console"],
+        "level": os.environ.get("OMNIGENT_LOG_LEVEL", "INFO").strip().upper() or "INFO",
+    },
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }

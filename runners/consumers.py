@@ -123,6 +123,8 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                     session_id=resume.session_id, generation=self.generation
                 )
                 continue
+            if not resume.open_command:
+                continue  # could not be opened (logged); its turns were failed
             await self._forward(resume.open_command, reply_channel=None)
             for command in resume.turn_commands:
                 await self._forward(command, reply_channel=None)
@@ -137,6 +139,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 await self._close(CLOSE_DEAD_PEER)
                 return
             await self._send({"type": "ping", "ts": time.time()})
+            await sweep_stale_runners()
 
     # --- frames from the runner ---------------------------------------------------
 
@@ -300,6 +303,29 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             asyncio.get_running_loop().create_task(
                 fail_after_grace(runner_id=self.runner_id, generation=self.generation)
             )
+
+
+_last_sweep = 0.0
+
+
+async def sweep_stale_runners() -> None:
+    """Now and then, fail the busy sessions of runners whose server process died.
+
+    The grace timer runs in the process that held the tunnel; if that process is
+    gone, any live process notices the stale Runner row here instead.
+    """
+    global _last_sweep
+    now = time.monotonic()
+    if now - _last_sweep < max(settings.OMNIGENT_RECONNECT_GRACE_S, settings.OMNIGENT_HEARTBEAT_S):
+        return
+    _last_sweep = now
+    try:
+        failed = await database_sync_to_async(services.fail_stale_runners)()
+    except Exception:
+        log.exception("could not sweep stale runners")
+        return
+    if failed:
+        log.warning("failed sessions of runners that vanished: %s", ", ".join(failed))
 
 
 async def fail_after_grace(*, runner_id: str, generation: int) -> None:

@@ -16,12 +16,13 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from omnigent_site.authentication import get_or_create_user
 from sessions import runner_events
+from sessions.blobs import BundleMissing
 from sessions.models import Response, Session
 from sessions.selectors import is_admin
 
@@ -168,6 +169,32 @@ def fail_sessions_after_grace(*, runner_id: str, generation: int) -> list[str]:
     return failed
 
 
+def fail_stale_runners() -> list[str]:
+    """Fail busy sessions of runners gone for longer than the grace, however they left.
+
+    Covers a server process that died holding a tunnel (its row still names a
+    channel but is not refreshed) and a grace timer that never ran.
+    """
+    now = timezone.now()
+    grace = timedelta(seconds=settings.OMNIGENT_RECONNECT_GRACE_S)
+    silent = timedelta(seconds=3 * settings.OMNIGENT_HEARTBEAT_S + 5) + grace
+    stale = (
+        Runner.objects.filter(sessions__status__in=[Session.Status.RUNNING, Session.Status.WAITING])
+        .filter(
+            Q(channel_name="", disconnected_at__lt=now - grace)
+            | Q(channel_name="", disconnected_at__isnull=True)
+            | (~Q(channel_name="") & Q(last_seen_at__lt=now - silent))
+        )
+        .distinct()
+    )
+    failed: list[str] = []
+    for runner in stale:
+        if runner.channel_name:
+            mark_disconnected(runner_id=runner.id, generation=runner.generation)
+        failed += fail_sessions_after_grace(runner_id=runner.id, generation=runner.generation)
+    return failed
+
+
 @dataclass(frozen=True)
 class SessionResume:
     session_id: str
@@ -192,11 +219,22 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
                 "created_at", "id"
             )
         )
+        try:
+            open_command = runner_events.session_open_command(session=session)
+        except BundleMissing as exc:
+            # One broken session must not keep the runner from coming online.
+            log.error("session %s cannot be opened on %s: %s", session.id, runner_id, exc)
+            if open_turns:
+                runner_events.fail_open_turns(
+                    session_id=session.id, code="agent_load_failed", message=str(exc)
+                )
+            resumes.append(SessionResume(session.id, session.last_runner_seq, {}, []))
+            continue
         resumes.append(
             SessionResume(
                 session_id=session.id,
                 last_acked_seq=session.last_runner_seq,
-                open_command=runner_events.session_open_command(session=session),
+                open_command=open_command,
                 turn_commands=[
                     runner_events.turn_start_command(response=turn) for turn in open_turns
                 ],
@@ -233,13 +271,15 @@ def bind_session_runner(*, session: Session, actor: AbstractBaseUser, runner_id:
     if previous is not None and previous.pk != runner.pk and previous.channel_name:
         close_session_on_runner(session=session, runner=previous)
     session.refresh_from_db()
+    try:
+        command = runner_events.session_open_command(session=session)
+    except BundleMissing as exc:
+        # The binding stands; the first message reports the problem on its turn.
+        log.error("session %s bound to %s but not opened: %s", session.id, runner.id, exc)
+        return session
     async_to_sync(notify)(
         channel_name=runner.channel_name,
-        message={
-            "type": "tunnel.command",
-            "command": runner_events.session_open_command(session=session),
-            "reply_channel": None,
-        },
+        message={"type": "tunnel.command", "command": command, "reply_channel": None},
     )
     return session
 

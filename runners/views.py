@@ -41,6 +41,12 @@ class RunnerStatusSerializer(serializers.Serializer):
     online = serializers.BooleanField()
 
 
+class RunnerDeletedSerializer(serializers.Serializer):
+    runner_id = serializers.CharField()
+    object = serializers.CharField()
+    deleted = serializers.BooleanField()
+
+
 def runner_body(runner: Runner) -> dict:
     return {
         "runner_id": runner.id,
@@ -92,7 +98,7 @@ class RunnerDetailView(APIView):
             raise NotFound(f"runner {runner_id!r} not found")
         return Response(runner_body(runner))
 
-    @extend_schema(responses=RunnerStatusSerializer)
+    @extend_schema(responses=RunnerDeletedSerializer)
     def delete(self, request: Request, runner_id: str) -> Response:
         runner = services.runners_visible_to(user=request.user).filter(pk=runner_id).first()
         if runner is None or runner.is_revoked:

@@ -30,8 +30,20 @@ def store_bundle(*, sha256: str, data: bytes) -> bool:
     return True
 
 
+class BundleMissing(Exception):
+    """The bundle file is not in this server's data directory.
+
+    Every server process must see the same ``OMNIGENT_DATA_DIR``.
+    """
+
+
 def read_bundle(sha256: str) -> bytes:
-    return bundle_path(sha256).read_bytes()
+    try:
+        return bundle_path(sha256).read_bytes()
+    except FileNotFoundError as exc:
+        raise BundleMissing(
+            f"bundle {sha256[:12]}… is missing from OMNIGENT_DATA_DIR ({settings.DATA_DIR})"
+        ) from exc
 
 
 def remove_bundle(sha256: str) -> None:

@@ -10,12 +10,14 @@ import logging
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from rest_framework.exceptions import APIException
 
 from omnigent_site.errors import RunnerUnavailable
 from runners.models import Runner
 from runners.relay import RelayError, send_command
 
 from . import runner_events
+from .blobs import BundleMissing
 from .models import Session
 
 log = logging.getLogger(__name__)
@@ -36,11 +38,27 @@ async def _runner_or_503(session_id: str) -> tuple[Session, Runner]:
     return session, runner
 
 
-async def _ensure_open(session: Session, runner: Runner) -> None:
+class AgentUnavailable(APIException):
+    status_code = 500
+    default_code = "internal_error"
+    default_detail = "the session's agent bundle is not available on this server"
+
+
+async def _ensure_open(session: Session, runner: Runner, response_id: str) -> None:
     """Send ``session.open`` unless this tunnel connection already acknowledged it."""
     if session.runner_generation_opened == runner.generation:
         return
-    command = await sync_to_async(runner_events.session_open_command)(session=session)
+    try:
+        command = await sync_to_async(runner_events.session_open_command)(session=session)
+    except BundleMissing as exc:
+        log.error("session %s: %s", session.id, exc)
+        await sync_to_async(runner_events.fail_turn)(
+            session_id=session.id,
+            response_id=response_id,
+            code="agent_load_failed",
+            message=str(exc),
+        )
+        raise AgentUnavailable(str(exc)) from exc
     await send_command(channel_name=runner.channel_name, command=command)
 
 
@@ -53,7 +71,7 @@ async def submit_message(
         session_id=session_id, created_by=created_by, data=data, tools=tools
     )
     try:
-        await _ensure_open(session, runner)
+        await _ensure_open(session, runner, response.id)
         command = await sync_to_async(runner_events.turn_start_command)(response=response)
         await send_command(channel_name=runner.channel_name, command=command)
     except RelayError as exc:

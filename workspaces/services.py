@@ -7,6 +7,7 @@ from typing import Any
 from sessions.models import Session
 
 from .models import FileChange
+from .tools.changes import diff_line_counts
 
 ENTRY_FIELDS = ("bytes", "modified_at", "lines_added", "lines_removed")
 MAX_PATH = 1024
@@ -33,11 +34,41 @@ def _clean_entry(raw: Any) -> dict[str, Any]:
     return entry
 
 
+def _merge_agent_edit(stored: FileChange, entry: dict[str, Any]) -> dict[str, Any]:
+    """An agent_edit entry for a path the session already has a record of.
+
+    The runner's tracker only knows the operations since it was made, and a restarted
+    runner (or a re-opened session) starts a fresh one: its first operation on a path is
+    not the session's first. The stored row stands for the session's first operation
+    (``created``: the file did not exist; otherwise it did) and keeps its diff baseline,
+    so the net status (agents.md table) and ``before`` come from it. For an entry from
+    the tracker that recorded the row this changes nothing.
+    """
+    first_existed = stored.status != FileChange.Status.CREATED
+    exists_now = entry["status"] in (FileChange.Status.CREATED, FileChange.Status.MODIFIED)
+    if exists_now:
+        status = "modified" if first_existed else "created"
+    else:
+        status = "deleted" if first_existed else "none"
+    merged = {**entry, "status": status}
+    merged.pop("before", None)  # keep the stored baseline
+    if status != entry["status"] or ("before" in entry and entry["before"] != stored.before):
+        before_side = stored.before if first_existed else ""
+        after_side = entry.get("after", stored.after) if exists_now else ""
+        if isinstance(before_side, str) and isinstance(after_side, str):
+            added, removed = diff_line_counts(before_side, after_side)
+        else:
+            added = removed = None
+        merged["lines_added"], merged["lines_removed"] = added, removed
+    return merged
+
+
 def apply_workspace_changes(*, session: Session, payload: dict[str, Any]) -> str:
     """Apply one ``workspace.changes`` payload; returns its environment id.
 
     ``git`` payloads carry the full set and replace what is stored; ``agent_edit``
-    payloads carry only the paths that changed (status ``none`` drops a path).
+    payloads carry only the paths that changed (status ``none`` drops a path), merged
+    with what is stored for the path (:func:`_merge_agent_edit`).
     An entry without ``before``/``after`` keys keeps the stored contents.
     Must run inside the caller's transaction.
     """
@@ -60,6 +91,8 @@ def apply_workspace_changes(*, session: Session, payload: dict[str, Any]) -> str
     }
     for entry in entries:
         change = existing.get(entry["path"])
+        if mode == "agent_edit" and change is not None:
+            entry = _merge_agent_edit(change, entry)
         if entry["status"] == "none":
             if change is not None:
                 change.delete()

@@ -84,7 +84,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "--isolate-session",
         action="store_true",
         default=None,
-        help=f"give each session its own workspace copy (env {ENV_ISOLATE}=1)",
+        help=f"give each session its own subfolder of the workspace (env {ENV_ISOLATE}=1)",
     )
     parser.add_argument(
         "--log-level",

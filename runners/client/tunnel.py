@@ -37,7 +37,10 @@ _ws_logger = logging.getLogger(__name__ + ".websocket")
 _ws_logger.setLevel(logging.INFO)
 
 TOKEN_HEADER = "X-Omnigent-Runner-Tunnel-Token"
-MAX_FRAME_BYTES = 16 * 1024 * 1024
+# What the runner accepts from the server. Larger than the server's own 16 MiB
+# limit on what runners send: ``session.open`` carries the bundle in base64 (a
+# 12 MiB bundle is 16 MiB of text) plus the session's history.
+MAX_FRAME_BYTES = 64 * 1024 * 1024
 DEFAULT_HEARTBEAT_S = 20.0
 EXIT_OK = 0
 EXIT_FATAL = 2

@@ -227,16 +227,98 @@ def test_entries_without_before_after_keep_the_stored_content(
     }
     assert listed(alice, session)[0]["bytes"] == 42
 
-    # Explicit keys replace, and a non-string value clears the side.
-    apply(session, "agent_edit", entry("a.txt", "modified", before=None, after=7))
+    # An explicit "after" replaces (a non-string clears it); an agent_edit path keeps
+    # the session's first baseline.
+    apply(session, "agent_edit", entry("a.txt", "modified", before="v1\n", after=7))
     body = diff(alice, session, "a.txt")
-    assert body["before"] is None and body["after"] is None
+    assert (body["before"], body["after"]) == ("v1\n", None)
 
     apply(session, "git", entry("g.txt", "modified", before="head\n", after="work\n"))
     apply(session, "git", entry("g.txt", "modified", lines_added=3))
     body = diff(alice, session, "g.txt")
     assert (body["before"], body["after"]) == ("head\n", "work\n")
     assert listed(alice, session)[0]["lines_added"] == 3
+
+    # In git mode explicit keys replace both sides.
+    apply(session, "git", entry("g.txt", "modified", before=None, after=7))
+    body = diff(alice, session, "g.txt")
+    assert body["before"] is None and body["after"] is None
+
+
+# --- agent_edit: the session's first operation wins over a fresh tracker's ----------------
+
+
+def stored(session: Session, path: str) -> tuple[Any, ...]:
+    row = FileChange.objects.get(session=session, path=path)
+    return (row.status, row.before, row.after, row.lines_added, row.lines_removed)
+
+
+def test_a_fresh_tracker_does_not_turn_a_created_path_into_modified(
+    alice: APIClient, session: Session
+) -> None:
+    """A restarted runner's tracker sees the file the session created as pre-existing."""
+    apply(session, "agent_edit", entry("a.txt", before=None, after="v1\n"))
+    apply(
+        session,
+        "agent_edit",
+        entry("a.txt", "modified", before="v1\n", after="v1b\n", lines_added=1, lines_removed=1),
+    )
+    assert stored(session, "a.txt") == ("created", None, "v1b\n", 1, 0)
+    assert paths(alice, session) == [("a.txt", "created")]
+    body = diff(alice, session, "a.txt")
+    assert (body["before"], body["after"]) == (None, "v1b\n")
+
+    # Then deleted: created and deleted in one session is no change at all.
+    apply(session, "agent_edit", entry("a.txt", "deleted", before="v1b\n", after=None))
+    assert paths(alice, session) == []
+
+
+def test_a_fresh_tracker_keeps_the_first_baseline_of_a_modified_path(session: Session) -> None:
+    apply(
+        session,
+        "agent_edit",
+        entry("m.txt", "modified", before="orig\n", after="v1\n", lines_added=1, lines_removed=1),
+    )
+    apply(
+        session,
+        "agent_edit",
+        entry(
+            "m.txt", "modified", before="v1\n", after="orig\nmore\n", lines_added=2, lines_removed=1
+        ),
+    )
+    assert stored(session, "m.txt") == ("modified", "orig\n", "orig\nmore\n", 1, 0)
+
+    # A fresh tracker's created-then-deleted ("none") of a path the session modified.
+    apply(session, "agent_edit", {"path": "m.txt", "status": "none", "before": None, "after": None})
+    assert stored(session, "m.txt") == ("deleted", "orig\n", None, 0, 1)
+
+    # Written again after the deletion: modified against the first baseline.
+    apply(session, "agent_edit", entry("m.txt", before=None, after="orig\n"))
+    assert stored(session, "m.txt") == ("modified", "orig\n", "orig\n", 0, 0)
+
+
+def test_the_same_tracker_resending_its_net_state_changes_nothing(session: Session) -> None:
+    """Entries from the tracker that recorded the row pass through unchanged."""
+    apply(session, "agent_edit", entry("c.txt", before=None, after="a\n", lines_added=1))
+    apply(session, "agent_edit", entry("c.txt", before=None, after="a\nb\n", lines_added=7))
+    assert stored(session, "c.txt") == ("created", None, "a\nb\n", 7, 0)
+
+    apply(
+        session,
+        "agent_edit",
+        entry("d.txt", "modified", before="x\n", after="y\n", lines_added=5, lines_removed=5),
+    )
+    apply(
+        session,
+        "agent_edit",
+        entry("d.txt", "deleted", before="x\n", after=None, lines_added=0, lines_removed=1),
+    )
+    assert stored(session, "d.txt") == ("deleted", "x\n", None, 0, 1)
+
+    # Binary or oversized baselines have no line counts.
+    apply(session, "agent_edit", entry("bin", "modified", before=None, after=None))
+    apply(session, "agent_edit", entry("bin", "modified", before="text\n", after="t\n"))
+    assert stored(session, "bin") == ("modified", None, "t\n", None, None)
 
 
 # --- git payloads -----------------------------------------------------------------------

@@ -155,3 +155,17 @@ def test_browsable_api_renders_a_session(django_user_model, create_session) -> N
         assert response.status_code == 200, path
         assert response["Content-Type"].startswith("text/html")
     assert b"browsable" in client.get(f"/v1/sessions/{session_id}", HTTP_ACCEPT="text/html").content
+
+
+async def test_static_assets_are_served_by_the_asgi_application() -> None:
+    """daphne serves no files; the ASGI app serves the admin's and DRF's assets."""
+    import httpx
+
+    from omnigent_site.asgi import application
+
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        css = await client.get("/static/admin/css/base.css")
+        assert css.status_code == 200 and css.headers["content-type"].startswith("text/css")
+        drf = await client.get("/static/rest_framework/css/bootstrap.min.css")
+        assert drf.status_code == 200

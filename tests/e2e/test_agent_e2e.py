@@ -556,11 +556,8 @@ def test_second_turn_sees_the_first_turns_history(
         ("assistant", "The first answer."),
         ("user", "second question"),
     ]
-    assert (
-        second["instructions"]
-        == first["instructions"]
-        == ("You edit files with the sys_os_* tools.")
-    )
+    prompt = "You edit files with the sys_os_* tools."
+    assert second["instructions"] == first["instructions"] == prompt
     assert second["model"] == "mock-model"
 
 
@@ -608,7 +605,11 @@ def test_conversation_and_changes_survive_a_runner_restart(
     assert session(server, session_id)["runner_online"] is True
 
     mock_llm.configure(
-        tools_then("Turn two done.", call("c2", "sys_os_write", path="second.txt", content="v2\n"))
+        tools_then(
+            "Turn two done.",
+            call("c2", "sys_os_write", path="second.txt", content="v2\n"),
+            call("c3", "sys_os_edit", path="kept.txt", oldText="v1", newText="v1b"),
+        )
     )
     calls_before = len(mock_llm.requests)
     turn = run_turn(server, session_id, "turn two")
@@ -627,11 +628,17 @@ def test_conversation_and_changes_survive_a_runner_restart(
     ]
     assert history_calls == [("function_call", "c1"), ("function_call_output", "c1")]
 
-    assert [(e["path"], e["status"]) for e in changes(server, session_id)] == [
-        ("second.txt", "created"),
+    # kept.txt was created in this session before the restart: still created, and
+    # its diff baseline is still "did not exist".
+    entries = changes(server, session_id)
+    assert [(e["path"], e["status"]) for e in entries] == [
         ("kept.txt", "created"),
+        ("second.txt", "created"),
     ]
-    assert (plain_workspace / "kept.txt").read_text() == "v1\n"
+    assert (entries[0]["lines_added"], entries[0]["lines_removed"]) == (1, 0)
+    assert diff(server, session_id, "kept.txt")["before"] is None
+    assert diff(server, session_id, "kept.txt")["after"] == "v1b\n"
+    assert (plain_workspace / "kept.txt").read_text() == "v1b\n"
     assert (plain_workspace / "second.txt").read_text() == "v2\n"
 
 

@@ -8,6 +8,7 @@ across restarts.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import signal
 import subprocess
@@ -24,6 +25,15 @@ from omnigent_site.authentication import get_or_create_user
 from runners.identity import derive_runner_id, new_binding_token
 
 HEALTH_DEADLINE_S = 30.0
+
+
+def _is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def local_runner_token(path: Path) -> str:
@@ -49,6 +59,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         host, port = options["host"], options["port"]
+        if not _is_loopback_host(host):
+            # Single-user mode trusts every caller and every loopback runner token.
+            raise CommandError(
+                f"runlocal serves loopback only (got --host {host}); "
+                "see docs/deployment.md to serve other machines"
+            )
         workspace = Path(options["workspace"]).resolve()
         workspace.mkdir(parents=True, exist_ok=True)
         base_url = f"http://{host}:{port}"
