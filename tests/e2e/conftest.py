@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -55,16 +55,31 @@ def server_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
-    """A daphne process on a fresh SQLite database with the in-memory channel layer."""
-    env = server_env(tmp_path)
-    migrate(env, tmp_path)
-    srv = start_server(env=env, log_dir=tmp_path)
+def launch_server(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Server]]:
+    """Start daphne processes on a fresh SQLite database, with extra settings if given."""
+    started: list[Server] = []
+
+    def launch(**settings: str) -> Server:
+        env = server_env(tmp_path, **settings)
+        migrate(env, tmp_path)
+        srv = start_server(env=env, log_dir=tmp_path, name=f"daphne-{len(started)}")
+        started.append(srv)
+        return srv
+
     try:
-        yield srv
+        yield launch
     finally:
-        _dump_logs(request, srv.process)
-        srv.process.stop()
+        _dump_logs(request, *(srv.process for srv in started))
+        for srv in started:
+            srv.process.stop()
+
+
+@pytest.fixture
+def server(launch_server: Callable[..., Server]) -> Server:
+    """A daphne process on a fresh SQLite database with the in-memory channel layer."""
+    return launch_server()
 
 
 @pytest.fixture
@@ -75,29 +90,42 @@ def workspace(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def runner(
-    server: Server,
-    workspace: Path,
-    mock_llm: MockLLMServer,
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[Runner]:
-    """A registered runner program connected to ``server``, its LLM the mock."""
-    runner_id, token = register_runner(server)
-    started = start_runner(
-        server=server,
-        token=token,
-        runner_id=runner_id,
-        workspace=workspace,
-        log_dir=tmp_path,
-        extra_env={"OPENAI_BASE_URL": mock_llm.base_url, "OPENAI_API_KEY": "test-key"},
-    )
+def launch_runner(
+    mock_llm: MockLLMServer, tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Runner]]:
+    """Register and start runner programs (their LLM the mock); all stopped afterwards."""
+    started: list[Runner] = []
+
+    def launch(server: Server, *, workspace: Path | None = None) -> Runner:
+        runner_id, token = register_runner(server)
+        if workspace is None:
+            workspace = tmp_path / f"workspace-{len(started)}"
+            workspace.mkdir()
+        runner = start_runner(
+            server=server,
+            token=token,
+            runner_id=runner_id,
+            workspace=workspace,
+            log_dir=tmp_path,
+            extra_env={"OPENAI_BASE_URL": mock_llm.base_url, "OPENAI_API_KEY": "test-key"},
+            name=f"runner-{len(started)}",
+        )
+        started.append(runner)
+        return runner
+
     try:
-        yield started
+        yield launch
     finally:
-        if started.process is not None:
-            _dump_logs(request, started.process)
-            started.process.stop()
+        processes = [runner.process for runner in started if runner.process is not None]
+        _dump_logs(request, *processes)
+        for process in processes:
+            process.stop()
+
+
+@pytest.fixture
+def runner(server: Server, workspace: Path, launch_runner: Callable[..., Runner]) -> Runner:
+    """A registered runner program connected to ``server``, its LLM the mock."""
+    return launch_runner(server, workspace=workspace)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -17,9 +16,7 @@ from .harness import (
     bind,
     create_session,
     is_final_idle,
-    register_runner,
     send_message,
-    start_runner,
     wait_turn,
 )
 
@@ -184,153 +181,100 @@ def test_server_shutdown_ends_the_stream_with_done(
 @pytest.mark.redis
 def test_subscriber_on_process_b_sees_the_runner_on_process_a(
     two_servers: tuple[Server, Server],
+    launch_runner: Callable[..., Runner],
     mock_llm: MockLLMServer,
     make_bundle: Callable[..., bytes],
-    tmp_path: Path,
 ) -> None:
     server_a, server_b = two_servers
-    runner_id, token = register_runner(server_a)
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    runner = start_runner(
-        server=server_a,
-        token=token,
-        runner_id=runner_id,
-        workspace=workspace,
-        log_dir=tmp_path,
-        extra_env={"OPENAI_BASE_URL": mock_llm.base_url, "OPENAI_API_KEY": "test-key"},
-    )
-    assert runner.process is not None
-    try:
-        mock_llm.configure(TURN_SCRIPT)
-        session_id = create_session(server_a, make_bundle(extra=OS_ENV))
-        bind(server_a, session_id, runner_id)
-        watcher_b = StreamReader(server_b, session_id, until=is_final_idle)
-        watcher_a = StreamReader(server_a, session_id, until=is_final_idle)
-        for reader in (watcher_a, watcher_b):
-            reader.wait_for(lambda event: event.type == "session.heartbeat")
-        send_message(server_a, session_id, "write a.txt")
-        watcher_b.wait()
-        watcher_a.wait()
-        assert "response.completed" in watcher_b.types()
-        assert watcher_b.payloads() == watcher_a.payloads()
-    finally:
-        runner.process.stop()
+    runner = launch_runner(server_a)
+    mock_llm.configure(TURN_SCRIPT)
+    session_id = create_session(server_a, make_bundle(extra=OS_ENV))
+    bind(server_a, session_id, runner.runner_id)
+    watcher_b = StreamReader(server_b, session_id, until=is_final_idle)
+    watcher_a = StreamReader(server_a, session_id, until=is_final_idle)
+    for reader in (watcher_a, watcher_b):
+        reader.wait_for(lambda event: event.type == "session.heartbeat")
+    send_message(server_a, session_id, "write a.txt")
+    watcher_b.wait()
+    watcher_a.wait()
+    assert "response.completed" in watcher_b.types()
+    assert watcher_b.payloads() == watcher_a.payloads()
 
 
 def test_a_slow_subscriber_blocks_nobody_and_is_cut_off_with_a_final_event(
-    tmp_path: Path,
+    launch_server: Callable[..., Server],
+    launch_runner: Callable[..., Runner],
     mock_llm: MockLLMServer,
     make_bundle: Callable[..., bytes],
-    request: pytest.FixtureRequest,
 ) -> None:
-    from .conftest import server_env
-    from .harness import migrate, start_server
+    server = launch_server(OMNIGENT_STREAM_MAX_LAG="50", OMNIGENT_EVENT_RETENTION="10000")
+    runner_id = launch_runner(server).runner_id
+    session_id = create_session(server, make_bundle())
+    bind(server, session_id, runner_id)
+    # Large deltas: enough bytes to fill the socket buffers and Twisted's.
+    long_text = " ".join(f"w{i:05d}" + "x" * 2000 for i in range(3000))
+    mock_llm.configure([{"text": long_text, "stream": True}])
 
-    env = server_env(tmp_path, OMNIGENT_STREAM_MAX_LAG="50", OMNIGENT_EVENT_RETENTION="10000")
-    migrate(env, tmp_path)
-    server = start_server(env=env, log_dir=tmp_path)
-    runner = None
-    try:
-        runner_id, token = register_runner(server)
-        workspace = tmp_path / "ws"
-        workspace.mkdir()
-        runner = start_runner(
-            server=server,
-            token=token,
-            runner_id=runner_id,
-            workspace=workspace,
-            log_dir=tmp_path,
-            extra_env={"OPENAI_BASE_URL": mock_llm.base_url, "OPENAI_API_KEY": "test-key"},
-        )
-        session_id = create_session(server, make_bundle())
-        bind(server, session_id, runner_id)
-        # Large deltas: enough bytes to fill the socket buffers and Twisted's.
-        long_text = " ".join(f"w{i:05d}" + "x" * 2000 for i in range(3000))
-        mock_llm.configure([{"text": long_text, "stream": True}])
+    # A client that asks for the stream and then does not read, with a tiny window.
+    host, port = server.url.removeprefix("http://").split(":")
+    slow = socket.socket()
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    slow.connect((host, int(port)))
+    slow.sendall(
+        f"GET /v1/sessions/{session_id}/stream HTTP/1.1\r\nHost: {host}\r\n"
+        "X-Forwarded-Email: alice@example.com\r\nAccept: text/event-stream\r\n"
+        "Connection: close\r\n\r\n".encode()
+    )
+    steady = StreamReader(server, session_id, until=is_final_idle)
+    steady.wait_for(lambda event: event.type == "session.heartbeat")
 
-        # A client that asks for the stream and then does not read, with a tiny window.
-        host, port = server.url.removeprefix("http://").split(":")
-        slow = socket.socket()
-        slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        slow.connect((host, int(port)))
-        slow.sendall(
-            f"GET /v1/sessions/{session_id}/stream HTTP/1.1\r\nHost: {host}\r\n"
-            "X-Forwarded-Email: alice@example.com\r\nAccept: text/event-stream\r\n"
-            "Connection: close\r\n\r\n".encode()
-        )
-        steady = StreamReader(server, session_id, until=is_final_idle)
-        steady.wait_for(lambda event: event.type == "session.heartbeat")
+    accepted = send_message(server, session_id, "talk a lot").json()
+    turn = wait_turn(server, session_id, accepted["response_id"], deadline_s=120)
+    assert turn["status"] == "completed"
+    steady.wait(deadline_s=120)
+    deltas = [e for e in steady.events if e.type == "response.output_text.delta"]
+    assert "".join(e.data["delta"] for e in deltas) == long_text
 
-        accepted = send_message(server, session_id, "talk a lot").json()
-        turn = wait_turn(server, session_id, accepted["response_id"], deadline_s=120)
-        assert turn["status"] == "completed"
-        steady.wait(deadline_s=120)
-        deltas = [e for e in steady.events if e.type == "response.output_text.delta"]
-        assert "".join(e.data["delta"] for e in deltas) == long_text
-
-        # Now read what the slow client was sent: it ends with the overflow event.
-        slow.settimeout(30)
-        received = b""
-        while not received.endswith(b"0\r\n\r\n"):
-            chunk = slow.recv(65536)
-            if not chunk:
-                break
-            received += chunk
-        slow.close()
-        text = received.decode("utf-8", errors="replace")
-        assert "event: stream.overflow" in text
-        tail = text[text.rindex("event: stream.overflow") :]
-        last_id = int(tail.split('"last_event_id":')[1].split(",")[0].split("}")[0])
-        resumed = StreamReader(server, session_id, last_event_id=last_id, until=is_final_idle)
-        resumed.wait(deadline_s=60)
-        assert resumed.events[-1].data["status"] == "idle"
-        steady_ids = [e.id for e in steady.events if e.id is not None]
-        assert [e.id for e in resumed.events if e.id is not None] == [
-            i for i in steady_ids if i > last_id
-        ]
-    finally:
-        if runner is not None and runner.process is not None:
-            runner.process.stop()
-        server.process.stop()
+    # Now read what the slow client was sent: it ends with the overflow event.
+    slow.settimeout(30)
+    received = b""
+    while not received.endswith(b"0\r\n\r\n"):
+        chunk = slow.recv(65536)
+        if not chunk:
+            break
+        received += chunk
+    slow.close()
+    text = received.decode("utf-8", errors="replace")
+    assert "event: stream.overflow" in text
+    tail = text[text.rindex("event: stream.overflow") :]
+    last_id = int(tail.split('"last_event_id":')[1].split(",")[0].split("}")[0])
+    resumed = StreamReader(server, session_id, last_event_id=last_id, until=is_final_idle)
+    resumed.wait(deadline_s=60)
+    assert resumed.events[-1].data["status"] == "idle"
+    steady_ids = [e.id for e in steady.events if e.id is not None]
+    assert [e.id for e in resumed.events if e.id is not None] == [
+        i for i in steady_ids if i > last_id
+    ]
 
 
 def test_a_resume_point_older_than_retention_starts_with_resync(
-    tmp_path: Path, mock_llm: MockLLMServer, make_bundle: Callable[..., bytes]
+    launch_server: Callable[..., Server],
+    launch_runner: Callable[..., Runner],
+    mock_llm: MockLLMServer,
+    make_bundle: Callable[..., bytes],
 ) -> None:
-    from .conftest import server_env
-    from .harness import migrate, start_server
+    server = launch_server(OMNIGENT_EVENT_RETENTION="20")
+    runner_id = launch_runner(server).runner_id
+    session_id = create_session(server, make_bundle())
+    bind(server, session_id, runner_id)
+    mock_llm.configure([{"text": " ".join(f"w{i}" for i in range(150)), "stream": True}])
+    accepted = send_message(server, session_id, "many deltas").json()
+    wait_turn(server, session_id, accepted["response_id"])
 
-    env = server_env(tmp_path, OMNIGENT_EVENT_RETENTION="20")
-    migrate(env, tmp_path)
-    server = start_server(env=env, log_dir=tmp_path)
-    runner = None
-    try:
-        runner_id, token = register_runner(server)
-        workspace = tmp_path / "ws"
-        workspace.mkdir()
-        runner = start_runner(
-            server=server,
-            token=token,
-            runner_id=runner_id,
-            workspace=workspace,
-            log_dir=tmp_path,
-            extra_env={"OPENAI_BASE_URL": mock_llm.base_url, "OPENAI_API_KEY": "test-key"},
-        )
-        session_id = create_session(server, make_bundle())
-        bind(server, session_id, runner_id)
-        mock_llm.configure([{"text": " ".join(f"w{i}" for i in range(150)), "stream": True}])
-        accepted = send_message(server, session_id, "many deltas").json()
-        wait_turn(server, session_id, accepted["response_id"])
-
-        reader = StreamReader(server, session_id, last_event_id=1, until=is_final_idle)
-        reader.wait()
-        assert reader.types()[:2] == ["session.heartbeat", "session.resync"]
-        ids = [e.id for e in reader.events if e.id is not None]
-        assert ids[0] > 2 and ids == list(range(ids[0], ids[0] + len(ids)))
-        assert len(ids) <= 20 + 100
-        assert reader.events[-1].data["status"] == "idle"
-    finally:
-        if runner is not None and runner.process is not None:
-            runner.process.stop()
-        server.process.stop()
+    reader = StreamReader(server, session_id, last_event_id=1, until=is_final_idle)
+    reader.wait()
+    assert reader.types()[:2] == ["session.heartbeat", "session.resync"]
+    ids = [e.id for e in reader.events if e.id is not None]
+    assert ids[0] > 2 and ids == list(range(ids[0], ids[0] + len(ids)))
+    assert len(ids) <= 20 + 100
+    assert reader.events[-1].data["status"] == "idle"

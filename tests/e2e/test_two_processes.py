@@ -7,22 +7,12 @@ relay must cross processes through the channel layer.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from runners.mockllm import MockLLMServer
 
-from .harness import (
-    Server,
-    bind,
-    create_session,
-    register_runner,
-    send_message,
-    start_runner,
-    wait_turn,
-    wait_until,
-)
+from .harness import Runner, Server, bind, create_session, send_message, wait_turn, wait_until
 from .test_tunnel_e2e import WEATHER_TOOL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(240)]
@@ -30,63 +20,46 @@ pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis, pytest.m
 
 def test_runner_on_a_client_on_b(
     two_servers: tuple[Server, Server],
+    launch_runner: Callable[..., Runner],
     mock_llm: MockLLMServer,
     make_bundle: Callable[..., bytes],
-    tmp_path: Path,
 ) -> None:
     server_a, server_b = two_servers
-    runner_id, token = register_runner(server_b)
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    runner = start_runner(
-        server=server_a,
-        token=token,
-        runner_id=runner_id,
-        workspace=workspace,
-        log_dir=tmp_path,
-        extra_env={"OPENAI_BASE_URL": mock_llm.base_url, "OPENAI_API_KEY": "test-key"},
-    )
-    assert runner.process is not None
-    try:
-        for server in (server_a, server_b):
-            with server.client() as client:
-                assert client.get(f"/v1/runners/{runner_id}/status").json()["online"] is True
+    runner_id = launch_runner(server_a).runner_id
+    for server in (server_a, server_b):
+        with server.client() as client:
+            assert client.get(f"/v1/runners/{runner_id}/status").json()["online"] is True
 
-        mock_llm.configure(
-            [
-                {"tool_calls": [{"call_id": "call_ab", "name": "get_weather", "arguments": "{}"}]},
-                {"text": "Done across processes."},
-            ]
-        )
-        session_id = create_session(server_b, make_bundle())
-        bind(server_b, session_id, runner_id)
-        accepted = send_message(server_b, session_id, "cross the processes", tools=[WEATHER_TOOL])
-        assert accepted.status_code == 202, accepted.text
-        response_id = accepted.json()["response_id"]
-
-        with server_b.client() as client:
-            wait_until(
-                lambda: client.get(f"/v1/sessions/{session_id}").json()["status"] == "waiting",
-                deadline_s=60,
-                what="the turn to park on the client tool",
-            )
-            forwarded = client.post(
-                f"/v1/sessions/{session_id}/events",
-                json={
-                    "type": "function_call_output",
-                    "data": {"call_id": "call_ab", "output": "42"},
-                },
-            )
-            assert forwarded.status_code == 202, forwarded.text
-            assert forwarded.json() == {"queued": True, "item_id": "call_ab"}
-
-        turn = wait_turn(server_b, session_id, response_id)
-        assert turn["status"] == "completed", turn
-        outputs = [
-            item
-            for item in mock_llm.requests[-1]["body"]["input"]
-            if item.get("type") == "function_call_output"
+    mock_llm.configure(
+        [
+            {"tool_calls": [{"call_id": "call_ab", "name": "get_weather", "arguments": "{}"}]},
+            {"text": "Done across processes."},
         ]
-        assert outputs == [{"type": "function_call_output", "call_id": "call_ab", "output": "42"}]
-    finally:
-        runner.process.stop()
+    )
+    session_id = create_session(server_b, make_bundle())
+    bind(server_b, session_id, runner_id)
+    accepted = send_message(server_b, session_id, "cross the processes", tools=[WEATHER_TOOL])
+    assert accepted.status_code == 202, accepted.text
+    response_id = accepted.json()["response_id"]
+
+    with server_b.client() as client:
+        wait_until(
+            lambda: client.get(f"/v1/sessions/{session_id}").json()["status"] == "waiting",
+            deadline_s=60,
+            what="the turn to park on the client tool",
+        )
+        forwarded = client.post(
+            f"/v1/sessions/{session_id}/events",
+            json={"type": "function_call_output", "data": {"call_id": "call_ab", "output": "42"}},
+        )
+        assert forwarded.status_code == 202, forwarded.text
+        assert forwarded.json() == {"queued": True, "item_id": "call_ab"}
+
+    turn = wait_turn(server_b, session_id, response_id)
+    assert turn["status"] == "completed", turn
+    outputs = [
+        item
+        for item in mock_llm.requests[-1]["body"]["input"]
+        if item.get("type") == "function_call_output"
+    ]
+    assert outputs == [{"type": "function_call_output", "call_id": "call_ab", "output": "42"}]
