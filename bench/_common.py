@@ -532,4 +532,9 @@ async def gather_limited(coros: list[Awaitable[Any]], limit: int) -> list[Any]:
 
 
 def env_summary() -> dict[str, Any]:
-    return {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    """The machine, and its 1-minute load at the start (other work skews every number)."""
+    return {
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+    }

@@ -168,6 +168,7 @@ async def run(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     delays = [d for r in readers for d in r.delays]
     complete = sum(1 for r in readers if len(r.delays) == args.events)
     ack_delays = [acked[seq] - sent[seq] for seq in sent if seq in acked]
+    stored_s = max(acked.values()) - sent[1] if acked else None
     return {
         "subscribers": args.subscribers,
         "events": args.events,
@@ -181,6 +182,8 @@ async def run(server: Server, args: argparse.Namespace) -> dict[str, Any]:
         "deliveries_expected": args.events * args.subscribers,
         "delay": summary_ms(delays),
         "runner_event_ack": summary_ms(ack_delays),
+        # How fast the server took the runner's events in (stored, acked, published).
+        "server_events_per_s": round(args.events / stored_s, 1) if stored_s else None,
         "rss_before_subscribers_mib": mib(rss_before),
         "rss_with_subscribers_mib": mib(rss_subscribed),
         "rss_after_burst_mib": mib(rss_after),
@@ -223,7 +226,11 @@ def main() -> int:
         f"{stats['events']} events ({stats['deliveries']}/{stats['deliveries_expected']} deliveries); "
         f"sent in {stats['send_s']:.2f} s, all received {stats['all_received_s']:.2f} s after the first send"
     )
-    print(f"   runner event → event.ack (stored): {fmt(stats['runner_event_ack'])}")
+    print(
+        f"   runner event → event.ack (stored): {fmt(stats['runner_event_ack'])}; "
+        f"server took events in at {stats['server_events_per_s']} events/s "
+        f"(offered {1000 / args.interval_ms:g}/s)"
+    )
     print(
         f"   daphne RSS: {stats['rss_before_subscribers_mib']} MiB before subscribers, "
         f"{stats['rss_with_subscribers_mib']} MiB with them ({stats['kib_per_subscriber']} KiB each), "
