@@ -78,14 +78,16 @@ INSTALLED_APPS = [
     "workspaces.apps.WorkspacesConfig",
 ]
 
+# Django's standard middleware, with hooks that run inline under ASGI
+# (omnigent_site/middleware.py explains why).
 MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "omnigent_site.middleware.InlineSecurityMiddleware",
+    "omnigent_site.middleware.InlineSessionMiddleware",
+    "omnigent_site.middleware.InlineCommonMiddleware",
+    "omnigent_site.middleware.InlineCsrfViewMiddleware",
+    "omnigent_site.middleware.InlineAuthenticationMiddleware",
+    "omnigent_site.middleware.InlineMessageMiddleware",
+    "omnigent_site.middleware.InlineXFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "omnigent_site.urls"
@@ -110,7 +112,8 @@ TEMPLATES = [
 _default_db = f"sqlite:///{BASE_DIR / 'var' / 'db.sqlite3'}"
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", "") or _default_db, conn_max_age=0
+        os.environ.get("DATABASE_URL", "") or _default_db,
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

@@ -31,7 +31,7 @@ class SessionEventsView(SessionScopedMixin, AsyncAPIView):
             if data["role"] != "user":
                 raise ValidationError({"data": ["a message event must have role 'user'"]})
             body = await turns.submit_message(
-                session_id=session_id,
+                session=self.session,
                 created_by=request.user.get_username(),
                 data=data,
                 tools=event.get("tools") or [],
@@ -40,12 +40,12 @@ class SessionEventsView(SessionScopedMixin, AsyncAPIView):
             output = FunctionCallOutputSerializer(data=event["data"])
             output.is_valid(raise_exception=True)
             body = await turns.forward_tool_result(
-                session_id=session_id,
+                session=self.session,
                 call_id=output.validated_data["call_id"],
                 output=output.validated_data["output"],
             )
         elif kind == "interrupt":
-            body = await turns.interrupt_turn(session_id=session_id)
+            body = await turns.interrupt_turn(session=self.session)
         else:
             raise ValidationError(
                 {

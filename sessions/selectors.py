@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery
 from rest_framework.exceptions import NotFound, PermissionDenied
 
 from .models import Agent, Item, Permission, Response, Session
@@ -37,10 +37,18 @@ def session_for(*, session_id: str, user: User, level: int) -> tuple[Session, in
     No access at all is a 404 (existence is not revealed); some access but too
     little is a 403 that names the level needed.
     """
-    session = Session.objects.select_related("agent", "runner").filter(pk=session_id).first()
+    sessions = Session.objects.select_related("agent", "runner").filter(pk=session_id)
+    if user.is_authenticated and not is_admin(user):
+        # One query: the session, its agent and runner, and the caller's grant.
+        grant = Permission.objects.filter(session=OuterRef("pk"), user=user).values("level")[:1]
+        sessions = sessions.annotate(caller_level=Subquery(grant))
+    session = sessions.first()
     if session is None:
         raise NotFound(f"session {session_id!r} not found")
-    held = user_level(session=session, user=user)
+    if hasattr(session, "caller_level"):
+        held = int(session.caller_level or 0)
+    else:
+        held = user_level(session=session, user=user)
     if held == 0:
         raise NotFound(f"session {session_id!r} not found")
     if held < level:

@@ -23,19 +23,18 @@ from .models import Session
 log = logging.getLogger(__name__)
 
 
-def _live_runner(session_id: str) -> tuple[Session, Runner | None]:
-    session = Session.objects.select_related("runner", "agent").get(pk=session_id)
+def _runner_or_503(session: Session) -> Runner:
+    """The session's runner if its tunnel is live.
+
+    ``session`` was read with its runner by the permission check of this request,
+    so no further query is needed on the relay's hot path.
+    """
     runner = session.runner
-    return session, runner if runner is not None and runner.online else None
-
-
-async def _runner_or_503(session_id: str) -> tuple[Session, Runner]:
-    session, runner = await sync_to_async(_live_runner)(session_id)
     if runner is None:
-        if session.runner_id is None:
-            raise RunnerUnavailable("no runner is bound to this session")
-        raise RunnerUnavailable(f"runner '{session.runner_id}' is offline")
-    return session, runner
+        raise RunnerUnavailable("no runner is bound to this session")
+    if not runner.online:
+        raise RunnerUnavailable(f"runner '{runner.id}' is offline")
+    return runner
 
 
 class AgentUnavailable(APIException):
@@ -63,10 +62,11 @@ async def _ensure_open(session: Session, runner: Runner, response_id: str) -> No
 
 
 async def submit_message(
-    *, session_id: str, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
+    *, session: Session, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """Store the message and its turn, hand the turn to the runner, return the 202 body."""
-    session, runner = await _runner_or_503(session_id)
+    runner = _runner_or_503(session)
+    session_id = session.id
     item, response = await sync_to_async(runner_events.accept_message)(
         session_id=session_id, created_by=created_by, data=data, tools=tools
     )
@@ -86,12 +86,12 @@ async def submit_message(
     return {"queued": True, "item_id": item.id, "response_id": response.id}
 
 
-async def forward_tool_result(*, session_id: str, call_id: str, output: str) -> dict[str, Any]:
+async def forward_tool_result(*, session: Session, call_id: str, output: str) -> dict[str, Any]:
     """Relay a client tool's output as exactly ``tool_result`` (tunnel.md)."""
-    _session, runner = await _runner_or_503(session_id)
+    runner = _runner_or_503(session)
     command = {
         "type": "tool_result",
-        "session_id": session_id,
+        "session_id": session.id,
         "call_id": call_id,
         "output": output,
     }
@@ -104,15 +104,15 @@ async def forward_tool_result(*, session_id: str, call_id: str, output: str) -> 
     return {"queued": True, "item_id": call_id}
 
 
-async def interrupt_turn(*, session_id: str) -> dict[str, Any]:
+async def interrupt_turn(*, session: Session) -> dict[str, Any]:
     """Best effort: ask the runner to cancel the running turn; never a 503."""
-    _session, runner = await sync_to_async(_live_runner)(session_id)
-    if runner is not None:
+    runner = session.runner
+    if runner is not None and runner.online:
         try:
             await send_command(
                 channel_name=runner.channel_name,
-                command={"type": "turn.interrupt", "session_id": session_id},
+                command={"type": "turn.interrupt", "session_id": session.id},
             )
         except RelayError as exc:
-            log.info("interrupt of %s not delivered: %s", session_id, exc.message)
+            log.info("interrupt of %s not delivered: %s", session.id, exc.message)
     return {"queued": False}
