@@ -129,6 +129,18 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "DJANGO_TEST_SQLITE_NAME", str(BASE_DIR / "var" / "test.sqlite3")
     )
 
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
+    "DATABASE_POOL", True
+):
+    # Django runs each ASGI request's sync code in a fresh thread, so without a pool
+    # every request would open a new PostgreSQL connection.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env_int("DATABASE_POOL_MIN_SIZE", 2),
+        "max_size": env_int("DATABASE_POOL_MAX_SIZE", 20),
+        "timeout": env_float("DATABASE_POOL_TIMEOUT_S", 10.0),
+    }
+
 REDIS_URL = os.environ.get("REDIS_URL", "").strip()
 if REDIS_URL:
     CHANNEL_LAYERS = {

@@ -9,6 +9,7 @@ duplicate.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -52,8 +53,22 @@ def _prune(*, session_id: str, newest: int) -> None:
     SessionEvent.objects.filter(session_id=session_id, seq__lte=newest - keep).delete()
 
 
+def sse_frame(payload: dict[str, Any], *, seq: int | None = None) -> str:
+    """One Server-Sent Events frame: ``event:``, ``id:`` (the sequence) and ``data:``."""
+    lines = [f"event: {payload['type']}"]
+    if seq is not None:
+        lines.append(f"id: {seq}")
+    lines.append("data: " + json.dumps(payload, separators=(",", ":")))
+    return "\n".join(lines) + "\n\n"
+
+
 def group_message(event: SessionEvent) -> dict[str, Any]:
-    return {"type": "session.event", "seq": event.seq, "payload": event.payload}
+    # Rendered once here rather than once per subscriber.
+    return {
+        "type": "session.event",
+        "seq": event.seq,
+        "frame": sse_frame(event.payload, seq=event.seq),
+    }
 
 
 def publish_event(event: SessionEvent) -> None:

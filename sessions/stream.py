@@ -11,7 +11,6 @@ from the log first.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -23,7 +22,7 @@ from django.conf import settings
 from omnigent_site.flow import WriteWatch
 from omnigent_site.shutdown import stopping
 
-from .eventlog import session_group
+from .eventlog import session_group, sse_frame
 from .models import Session, SessionEvent
 
 log = logging.getLogger(__name__)
@@ -33,11 +32,7 @@ DONE = b"data: [DONE]\n\n"
 
 
 def frame(payload: dict[str, Any], *, seq: int | None = None) -> bytes:
-    lines = [f"event: {payload['type']}"]
-    if seq is not None:
-        lines.append(f"id: {seq}")
-    lines.append("data: " + json.dumps(payload, separators=(",", ":")))
-    return ("\n".join(lines) + "\n\n").encode("utf-8")
+    return sse_frame(payload, seq=seq).encode("utf-8")
 
 
 def parse_resume_point(header: str | None, query: str | None) -> int | None:
@@ -124,7 +119,7 @@ class SessionStream:
                 if seq > self.last + 1:
                     async for chunk in self._fill(upto=seq - 1):
                         yield chunk
-                yield self._emit(message["payload"], seq)
+                yield self._emit(message["frame"].encode("utf-8"), seq)
                 if self._lagging():
                     yield self._overflow()
                     return
@@ -156,17 +151,17 @@ class SessionStream:
         while True:
             rows = await events_between(self.session_id, self.last, upto)
             for seq, payload in rows:
-                yield self._emit(payload, seq)
+                yield self._emit(frame(payload, seq=seq), seq)
             if len(rows) < REPLAY_BATCH:
                 return
 
-    def _emit(self, payload: dict[str, Any], seq: int) -> bytes:
+    def _emit(self, rendered: bytes, seq: int) -> bytes:
         self.last = seq
         if self.watch.paused:
             self.sent_while_paused += 1
         else:
             self.sent_while_paused = 0
-        return frame(payload, seq=seq)
+        return rendered
 
     def _lagging(self) -> bool:
         return self.sent_while_paused > settings.OMNIGENT_STREAM_MAX_LAG
