@@ -128,6 +128,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("TEST", {})["NAME"] = os.environ.get(
         "DJANGO_TEST_SQLITE_NAME", str(BASE_DIR / "var" / "test.sqlite3")
     )
+    # A fresh checkout has no var/ yet; SQLite does not create folders.
+    for _sqlite_file in (DATABASES["default"]["NAME"], DATABASES["default"]["TEST"]["NAME"]):
+        if _sqlite_file and str(_sqlite_file) != ":memory:":
+            Path(_sqlite_file).parent.mkdir(parents=True, exist_ok=True)
 
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
     "DATABASE_POOL", True
