@@ -219,7 +219,8 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             if frame["type"] == "rpc.result":
                 reply["result"] = frame.get("result")
             if not ok:
-                error = frame.get("error") if isinstance(frame.get("error"), dict) else {}
+                raw_error = frame.get("error")
+                error = raw_error if isinstance(raw_error, dict) else {}
                 reply["error"] = {
                     "code": str(error.get("code") or "rejected"),
                     "message": str(error.get("message") or "the runner rejected the command"),

@@ -10,11 +10,10 @@ import ipaddress
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -30,6 +29,10 @@ from .identity import derive_runner_id, new_binding_token
 from .models import Runner
 from .relay import notify
 
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User as AuthUser
+    from django.db.models import QuerySet
+
 log = logging.getLogger(__name__)
 
 # Refresh ``last_seen_at`` at most this often per tunnel: it bounds ``online``.
@@ -39,7 +42,7 @@ SEEN_WRITE_INTERVAL = timedelta(seconds=5)
 # --- registration ---------------------------------------------------------------
 
 
-def register_runner(*, owner: AbstractBaseUser, name: str = "") -> tuple[Runner, str]:
+def register_runner(*, owner: AuthUser, name: str = "") -> tuple[Runner, str]:
     """A new runner and its binding token (returned once, never stored)."""
     token = new_binding_token()
     runner = Runner.objects.create(id=derive_runner_id(token), owner=owner, name=name)
@@ -251,7 +254,7 @@ def record_runner_event(*, runner_id: str, session_id: str, seq: int, event: dic
 # --- binding ----------------------------------------------------------------------
 
 
-def bind_session_runner(*, session: Session, actor: AbstractBaseUser, runner_id: str) -> Session:
+def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) -> Session:
     """Bind (or with ``""`` unbind) the session's runner; last write wins."""
     previous = session.runner
     if runner_id == "":
@@ -299,7 +302,7 @@ def close_session_on_runner(*, session: Session, runner: Runner | None = None) -
     )
 
 
-def runners_visible_to(*, user: AbstractBaseUser) -> Any:
+def runners_visible_to(*, user: AuthUser) -> QuerySet[Runner]:
     queryset = Runner.objects.select_related("owner")
     return queryset if is_admin(user) else queryset.filter(owner=user)
 

@@ -10,6 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from omnigent_site.authentication import request_user
 from omnigent_site.timeutil import unix
 from sessions.serializers import StrictSerializer
 
@@ -63,7 +64,9 @@ class RunnerListView(APIView):
 
     @extend_schema(responses=RunnerOutSerializer(many=True))
     def get(self, request: Request) -> Response:
-        runners = services.runners_visible_to(user=request.user).filter(revoked_at__isnull=True)
+        runners = services.runners_visible_to(user=request_user(request)).filter(
+            revoked_at__isnull=True
+        )
         return Response({"object": "list", "data": [runner_body(r) for r in runners]})
 
     @extend_schema(request=RunnerCreateSerializer, responses={201: RunnerCreatedSerializer})
@@ -71,7 +74,7 @@ class RunnerListView(APIView):
         serializer = RunnerCreateSerializer(data=request.data if request.data else {})
         serializer.is_valid(raise_exception=True)
         runner, token = services.register_runner(
-            owner=request.user, name=serializer.validated_data["name"]
+            owner=request_user(request), name=serializer.validated_data["name"]
         )
         return Response(
             {"runner_id": runner.id, "name": runner.name, "binding_token": token},
@@ -84,7 +87,9 @@ class RunnerStatusView(APIView):
 
     @extend_schema(responses=RunnerStatusSerializer)
     def get(self, request: Request, runner_id: str) -> Response:
-        runner = services.runners_visible_to(user=request.user).filter(pk=runner_id).first()
+        runner = (
+            services.runners_visible_to(user=request_user(request)).filter(pk=runner_id).first()
+        )
         return Response({"runner_id": runner_id, "online": bool(runner and runner.online)})
 
 
@@ -93,14 +98,18 @@ class RunnerDetailView(APIView):
 
     @extend_schema(responses=RunnerOutSerializer)
     def get(self, request: Request, runner_id: str) -> Response:
-        runner = services.runners_visible_to(user=request.user).filter(pk=runner_id).first()
+        runner = (
+            services.runners_visible_to(user=request_user(request)).filter(pk=runner_id).first()
+        )
         if runner is None or runner.is_revoked:
             raise NotFound(f"runner {runner_id!r} not found")
         return Response(runner_body(runner))
 
     @extend_schema(responses=RunnerDeletedSerializer)
     def delete(self, request: Request, runner_id: str) -> Response:
-        runner = services.runners_visible_to(user=request.user).filter(pk=runner_id).first()
+        runner = (
+            services.runners_visible_to(user=request_user(request)).filter(pk=runner_id).first()
+        )
         if runner is None or runner.is_revoked:
             raise NotFound(f"runner {runner_id!r} not found")
         services.revoke_runner(runner=runner)

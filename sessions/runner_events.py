@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from typing import Any
+from typing import Any, Literal, overload
 
 from django.db import transaction
 from django.utils import timezone
@@ -125,11 +125,12 @@ def _finish_turn(response: Response, *, status: str, error: dict | None, model: 
     response.error = error
     response.completed_at = timezone.now()
     response.save(update_fields=["status", "error", "completed_at"])
-    event_type = {
+    event_types: dict[str, str] = {
         Response.Status.COMPLETED: "response.completed",
         Response.Status.FAILED: "response.failed",
         Response.Status.CANCELLED: "response.cancelled",
-    }[status]
+    }
+    event_type = event_types[status]
     record_event(
         session_id=response.session_id,
         payload={"type": event_type, "response": response_payload(response, model=model)},
@@ -233,6 +234,10 @@ def record(*, runner_id: str, session_id: str, seq: int, event: dict[str, Any]) 
         return seq
 
 
+@overload
+def _str(event: dict[str, Any], key: str, *, required: Literal[True] = ...) -> str: ...
+@overload
+def _str(event: dict[str, Any], key: str, *, required: bool) -> str | None: ...
 def _str(event: dict[str, Any], key: str, *, required: bool = True) -> str | None:
     value = event.get(key)
     if value is None and not required:
@@ -352,7 +357,8 @@ def _apply_item(session: Session, event: dict[str, Any]) -> None:
         raise MalformedEvent("'item' must be an object")
     item_id = _str(raw, "id")
     item_type = _str(raw, "type")
-    status = raw.get("status") if isinstance(raw.get("status"), str) else "completed"
+    raw_status = raw.get("status")
+    status = raw_status if isinstance(raw_status, str) else "completed"
     data = {key: value for key, value in raw.items() if key not in ITEM_HEADER_KEYS}
     response_id = response.id if response else event.get("response_id")
     if status == "action_required":

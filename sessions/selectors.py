@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth.models import User as AuthUser
 from django.db.models import OuterRef, QuerySet, Subquery
 from rest_framework.exceptions import NotFound, PermissionDenied
 
@@ -10,7 +11,7 @@ from .models import Agent, Item, Permission, Response, Session
 
 LEVEL_NAMES = {1: "read", 2: "edit", 3: "manage", 4: "owner"}
 
-User = AbstractBaseUser | AnonymousUser
+User = AuthUser | AnonymousUser
 
 
 def is_admin(user: User) -> bool:
@@ -56,12 +57,12 @@ def session_for(*, session_id: str, user: User, level: int) -> tuple[Session, in
     return session, held
 
 
-def sessions_granted_to(*, user: User) -> QuerySet[Session]:
+def sessions_granted_to(*, user: AuthUser) -> QuerySet[Session]:
     """Sessions where the user holds a direct grant (admins too: the list is personal)."""
     return Session.objects.filter(grants__user=user).select_related("agent", "runner")
 
 
-def grant_levels(*, user: User, session_ids: list[str]) -> dict[str, int]:
+def grant_levels(*, user: AuthUser, session_ids: list[str]) -> dict[str, int]:
     rows = Permission.objects.filter(user=user, session_id__in=session_ids)
     return {row.session_id: row.level for row in rows}
 
@@ -86,7 +87,7 @@ def template_agents() -> QuerySet[Agent]:
     return Agent.objects.filter(kind=Agent.Kind.TEMPLATE, deleted_at__isnull=True)
 
 
-def agent_for(*, agent_id: str, user: User) -> Agent:
+def agent_for(*, agent_id: str, user: AuthUser) -> Agent:
     """A template agent, or a session agent whose session the user can read."""
     agent = Agent.objects.filter(pk=agent_id, deleted_at__isnull=True).first()
     if agent is None:

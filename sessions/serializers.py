@@ -132,7 +132,8 @@ class ClientToolSerializer(serializers.Serializer):
 
 class EventSerializer(serializers.Serializer):
     type = serializers.CharField(max_length=64)
-    data = serializers.DictField(required=False, default=dict)
+    # DRF's metaclass moves declared fields off the class, so ``.data`` stays the property.
+    data = serializers.DictField(required=False, default=dict)  # type: ignore[assignment]
     tools = serializers.ListField(child=ClientToolSerializer(), required=False, max_length=128)
 
 
@@ -254,7 +255,8 @@ class ItemOutSerializer(serializers.Serializer):
     response_id = serializers.CharField(allow_null=True)
     created_at = serializers.IntegerField()
     created_by = serializers.CharField(allow_null=True)
-    data = serializers.DictField()
+    # DRF's metaclass moves declared fields off the class, so ``.data`` stays the property.
+    data = serializers.DictField()  # type: ignore[assignment]
 
 
 class SessionOutSerializer(serializers.Serializer):

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
@@ -19,6 +18,9 @@ from .bundles import Bundle, BundleError, parse_bundle
 from .eventlog import publish_session_end
 from .models import Agent, Item, Permission, Session
 from .serializers import UNSTORABLE_TEXT, has_unstorable_text
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User as AuthUser
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,7 @@ def parse_uploaded_bundle(*, data: bytes) -> Bundle:
         raise ValidationError({"bundle": [str(exc)]}) from exc
 
 
-def _agent_from_bundle(*, bundle: Bundle, kind: str, user: AbstractBaseUser | None) -> Agent:
+def _agent_from_bundle(*, bundle: Bundle, kind: str, user: AuthUser | None) -> Agent:
     spec = bundle.spec
     return Agent.objects.create(
         kind=kind,
@@ -55,7 +57,7 @@ def _forget_blob_unless_used(sha256: str) -> None:
         blobs.remove_bundle(sha256)
 
 
-def create_template_agent(*, data: bytes, user: AbstractBaseUser) -> Agent:
+def create_template_agent(*, data: bytes, user: AuthUser) -> Agent:
     bundle = parse_uploaded_bundle(data=data)
     name = bundle.spec.name
     if Agent.objects.filter(kind=Agent.Kind.TEMPLATE, name=name, deleted_at__isnull=True).exists():
@@ -74,7 +76,7 @@ def create_template_agent(*, data: bytes, user: AbstractBaseUser) -> Agent:
         raise
 
 
-def delete_template_agent(*, agent: Agent, user: AbstractBaseUser, is_admin: bool) -> None:
+def delete_template_agent(*, agent: Agent, user: AuthUser, is_admin: bool) -> None:
     """Hide a template. Sessions created from it keep it, so it is not removed."""
     if agent.kind != Agent.Kind.TEMPLATE:
         raise NotFound(f"agent {agent.id!r} not found")
@@ -94,7 +96,7 @@ def delete_template_agent(*, agent: Agent, user: AbstractBaseUser, is_admin: boo
 # --- sessions -------------------------------------------------------------------
 
 
-def _grant_owner(*, session: Session, user: AbstractBaseUser) -> None:
+def _grant_owner(*, session: Session, user: AuthUser) -> None:
     Permission.objects.create(session=session, user=user, level=Permission.Level.OWNER)
 
 
@@ -150,7 +152,7 @@ def normalise_message(data: dict[str, Any], *, field: str) -> dict[str, Any]:
 
 def create_session(
     *,
-    user: AbstractBaseUser,
+    user: AuthUser,
     agent: Agent,
     title: str | None = None,
     labels: dict[str, str] | None = None,
@@ -183,7 +185,7 @@ def create_session(
 
 def create_session_from_bundle(
     *,
-    user: AbstractBaseUser,
+    user: AuthUser,
     data: bytes,
     title: str | None = None,
     labels: dict[str, str] | None = None,
@@ -233,9 +235,7 @@ def delete_session(*, session: Session) -> None:
 # --- grants ---------------------------------------------------------------------
 
 
-def grant_permission(
-    *, session: Session, actor: AbstractBaseUser, user_id: str, level: int
-) -> Permission:
+def grant_permission(*, session: Session, actor: AuthUser, user_id: str, level: int) -> Permission:
     """Upsert another user's grant (levels 1–3); the owner's grant is fixed."""
     if user_id == actor.get_username():
         raise PermissionDenied("you cannot change your own permission")

@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from omnigent_site.authentication import request_user
 from omnigent_site.errors import PayloadTooLarge
 from omnigent_site.pagination import paginate, parse_list_params
 
@@ -96,7 +97,9 @@ class AgentListView(APIView):
     )
     def post(self, request: Request) -> Response:
         require_content_type(request, "multipart/form-data")
-        agent = services.create_template_agent(data=read_bundle_part(request), user=request.user)
+        agent = services.create_template_agent(
+            data=read_bundle_part(request), user=request_user(request)
+        )
         return Response(agent_body(agent), status=status.HTTP_201_CREATED)
 
 
@@ -105,13 +108,15 @@ class AgentDetailView(APIView):
 
     @extend_schema(responses=AgentOutSerializer)
     def get(self, request: Request, agent_id: str) -> Response:
-        return Response(agent_body(selectors.agent_for(agent_id=agent_id, user=request.user)))
+        return Response(
+            agent_body(selectors.agent_for(agent_id=agent_id, user=request_user(request)))
+        )
 
     @extend_schema(responses=DeletedSerializer)
     def delete(self, request: Request, agent_id: str) -> Response:
-        agent = selectors.agent_for(agent_id=agent_id, user=request.user)
+        agent = selectors.agent_for(agent_id=agent_id, user=request_user(request))
         services.delete_template_agent(
-            agent=agent, user=request.user, is_admin=selectors.is_admin(request.user)
+            agent=agent, user=request_user(request), is_admin=selectors.is_admin(request.user)
         )
         return Response({"id": agent_id, "object": "agent.deleted", "deleted": True})
 
@@ -137,14 +142,14 @@ class SessionListView(APIView):
         sort_by = request.query_params.get("sort_by") or "created_at"
         if sort_by not in ("created_at", "updated_at"):
             raise ValidationError({"sort_by": ["must be 'created_at' or 'updated_at'"]})
-        queryset = selectors.sessions_granted_to(user=request.user)
+        queryset = selectors.sessions_granted_to(user=request_user(request))
         if agent_id := request.query_params.get("agent_id"):
             queryset = queryset.filter(agent_id=agent_id)
         if agent_name := request.query_params.get("agent_name"):
             queryset = queryset.filter(agent__name=agent_name)
         page = paginate(queryset, params, sort_field=sort_by)
         levels = selectors.grant_levels(
-            user=request.user, session_ids=[session.id for session in page.objects]
+            user=request_user(request), session_ids=[session.id for session in page.objects]
         )
         return Response(
             page.body(
@@ -173,9 +178,10 @@ class SessionListView(APIView):
             unknown = sorted(set(request.data) - {"metadata", "bundle"})
             if unknown:
                 raise ValidationError({part: ["unknown multipart part"] for part in unknown})
+            assert isinstance(request.data, dict)  # multipart: a QueryDict
             metadata = parse_metadata_part(request.data.get("metadata"))
             session = services.create_session_from_bundle(
-                user=request.user, data=read_bundle_part(request), **metadata
+                user=request_user(request), data=read_bundle_part(request), **metadata
             )
             return Response(
                 {
@@ -188,8 +194,8 @@ class SessionListView(APIView):
         serializer = SessionCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         values = dict(serializer.validated_data)
-        agent = selectors.agent_for(agent_id=values.pop("agent_id"), user=request.user)
-        session = services.create_session(user=request.user, agent=agent, **values)
+        agent = selectors.agent_for(agent_id=values.pop("agent_id"), user=request_user(request))
+        session = services.create_session(user=request_user(request), agent=agent, **values)
         items = list(selectors.session_items(session=session))
         return Response(
             session_body(session, level=OWNER, items=items), status=status.HTTP_201_CREATED
@@ -231,7 +237,9 @@ class SessionDetailView(SessionScopedMixin, APIView):
             from runners.services import bind_session_runner
 
             session = bind_session_runner(
-                session=session, actor=request.user, runner_id=values.pop("runner_id") or ""
+                session=session,
+                actor=request_user(request),
+                runner_id=values.pop("runner_id") or "",
             )
         if values:
             session = services.update_session(session=session, **values)
@@ -328,7 +336,7 @@ class PermissionListView(SessionScopedMixin, APIView):
         serializer.is_valid(raise_exception=True)
         grant = services.grant_permission(
             session=self.session,
-            actor=request.user,
+            actor=request_user(request),
             user_id=serializer.validated_data["user_id"],
             level=serializer.validated_data["level"],
         )

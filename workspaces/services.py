@@ -55,6 +55,8 @@ def _merge_agent_edit(stored: FileChange, entry: dict[str, Any]) -> dict[str, An
     if status != entry["status"] or ("before" in entry and entry["before"] != stored.before):
         before_side = stored.before if first_existed else ""
         after_side = entry.get("after", stored.after) if exists_now else ""
+        added: int | None
+        removed: int | None
         if isinstance(before_side, str) and isinstance(after_side, str):
             added, removed = diff_line_counts(before_side, after_side)
         else:

@@ -100,8 +100,10 @@ class AgentExecutor:
                 spec, error = None, f"cannot prepare the tool root: {exc}"
             else:
                 # A re-opened session keeps its tracker: agent_edit baselines live there.
-                same_root = existing is not None and existing.root == root
-                tracker = existing.tracker if same_root else make_tracker(root=root)
+                if existing is not None and existing.root == root:
+                    tracker = existing.tracker
+                else:
+                    tracker = make_tracker(root=root)
         if error is not None:
             logger.warning("session %s: agent failed to load: %s", session_id, error)
         self._sessions[session_id] = SessionState(

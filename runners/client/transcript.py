@@ -165,7 +165,8 @@ def normalise_tool(tool: Any) -> Item | None:
     """
     if not isinstance(tool, dict) or tool.get("type", "function") != "function":
         return None
-    function = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+    nested = tool.get("function")
+    function = nested if isinstance(nested, dict) else tool
     name = function.get("name")
     if not isinstance(name, str) or not name:
         return None

@@ -87,7 +87,11 @@ class Command(BaseCommand):
                 except subprocess.TimeoutExpired:
                     child.kill()
 
-        signal.signal(signal.SIGTERM, lambda *_: (stop(), sys.exit(0)))
+        def stop_and_exit(*_: Any) -> None:
+            stop()
+            sys.exit(0)
+
+        signal.signal(signal.SIGTERM, stop_and_exit)
         try:
             self._wait_healthy(base_url, server)
             self.stdout.write(f"server: {base_url} (local single-user mode, user 'local')")
