@@ -42,3 +42,4 @@ bench: bootstrap
 lint: bootstrap
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
+	$(BIN)/mypy omnigent_site sessions runners workspaces scripts
