@@ -91,17 +91,31 @@ class Stubs:
         return StubRunner(comm, runner_id)
 
     async def close_all(self) -> None:
-        for comm in self.opened:
-            future = comm._future
-            if future is None or future.done():
-                continue
-            try:
-                await comm.disconnect(timeout=FRAME_TIMEOUT)
-            except BaseException:  # noqa: BLE001 - teardown must reach every tunnel
-                comm.stop(exceptions=False)
-        for task in asyncio.all_tasks():
-            if getattr(task.get_coro(), "__name__", "") == "fail_after_grace":
-                task.cancel()
+        await close_tunnels(self.opened)
+
+
+def grace_tasks() -> list[asyncio.Task[Any]]:
+    """The consumer's pending reconnect-grace timers (``fail_after_grace``)."""
+    return [
+        task
+        for task in asyncio.all_tasks()
+        if not task.done() and getattr(task.get_coro(), "__name__", "") == "fail_after_grace"
+    ]
+
+
+async def close_tunnels(opened: list[WebsocketCommunicator]) -> None:
+    """Disconnect every test tunnel still open and cancel leftover grace timers."""
+    for comm in opened:
+        future = comm._future
+        if future is None or future.done():
+            continue
+        try:
+            await comm.disconnect(timeout=FRAME_TIMEOUT)
+        except BaseException:  # noqa: BLE001 - teardown must reach every tunnel
+            comm.stop(exceptions=False)
+    # Grace timers outlive their tunnel; none may touch the database after the test.
+    for task in grace_tasks():
+        task.cancel()
 
 
 async def call(method: str, path: str, user: str, body: Any = None) -> Any:

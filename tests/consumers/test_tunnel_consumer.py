@@ -22,7 +22,6 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
 from omnigent_site.asgi import application
-from omnigent_site.authentication import get_or_create_user
 from runners import services
 from runners.client import PROTOCOL_VERSION
 from runners.identity import derive_runner_id, new_binding_token
@@ -31,6 +30,8 @@ from sessions import runner_events
 from sessions.models import Item, Response, Session, SessionEvent
 from sessions.services import create_session_from_bundle
 from workspaces.models import FileChange
+
+from .stubs import close_tunnels, grace_tasks
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.django_db(transaction=True)]
 
@@ -119,15 +120,6 @@ async def eventually(
         await asyncio.sleep(interval)
 
 
-def grace_tasks() -> list[asyncio.Task[Any]]:
-    """The consumer's pending reconnect-grace timers (``fail_after_grace``)."""
-    return [
-        task
-        for task in asyncio.all_tasks()
-        if not task.done() and getattr(task.get_coro(), "__name__", "") == "fail_after_grace"
-    ]
-
-
 async def past_grace(tasks: list[asyncio.Task[Any]], *, dropped_at: float, grace: float) -> None:
     """Return once the reconnect grace that began at ``dropped_at`` is over.
 
@@ -197,17 +189,7 @@ class Tunnels:
         await comm.disconnect(timeout=FRAME_TIMEOUT)
 
     async def close_all(self) -> None:
-        for comm in self.opened:
-            future = comm._future
-            if future is None or future.done():
-                continue
-            try:
-                await comm.disconnect(timeout=FRAME_TIMEOUT)
-            except BaseException:  # noqa: BLE001 - teardown must reach every tunnel
-                comm.stop(exceptions=False)
-        # Grace timers outlive their tunnel; none may touch the database after the test.
-        for task in grace_tasks():
-            task.cancel()
+        await close_tunnels(self.opened)
 
 
 @pytest.fixture
@@ -220,11 +202,6 @@ async def tunnels() -> AsyncIterator[Tunnels]:
     finally:
         await opened.close_all()
         await layer.flush()
-
-
-@pytest.fixture
-def alice() -> Any:
-    return get_or_create_user(ALICE)
 
 
 @pytest.fixture
