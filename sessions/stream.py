@@ -28,7 +28,34 @@ from .models import Session, SessionEvent
 log = logging.getLogger(__name__)
 
 REPLAY_BATCH = 500
+INBOX_SIZE = 1000
 DONE = b"data: [DONE]\n\n"
+HEARTBEAT: dict[str, Any] = {"type": "stream.heartbeat"}
+
+
+def _offer(inbox: asyncio.Queue[dict[str, Any]], message: dict[str, Any]) -> None:
+    """Put without waiting; a full inbox already has something to wake the stream."""
+    try:
+        inbox.put_nowait(message)
+    except asyncio.QueueFull:
+        pass
+
+
+async def _pump(layer: Any, channel: str, inbox: asyncio.Queue[dict[str, Any]]) -> None:
+    """Move group messages into the inbox (a full inbox holds the layer's channel back;
+    what the layer then drops is read back from the log)."""
+    while True:
+        await inbox.put(await layer.receive(channel))
+
+
+async def _on_stop(inbox: asyncio.Queue[dict[str, Any]]) -> None:
+    await stopping().wait()
+    while True:
+        try:
+            inbox.put_nowait({"type": "server.stop"})
+            return
+        except asyncio.QueueFull:
+            inbox.get_nowait()  # make room: the stream ends anyway
 
 
 def frame(payload: dict[str, Any], *, seq: int | None = None) -> bytes:
@@ -84,8 +111,14 @@ class SessionStream:
         group = session_group(self.session_id)
         await layer.group_add(group, channel)
         self.watch.start()
-        receiver: asyncio.Task[dict] | None = None
-        shutdown = asyncio.ensure_future(stopping().wait())
+        # One inbox for everything that can wake the stream: group messages (a pump
+        # task), the server stopping, and the heartbeat timer. Whatever has piled up
+        # is written as one chunk, so a busy stream costs one write per batch, not
+        # one per event.
+        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=INBOX_SIZE)
+        pump = asyncio.ensure_future(_pump(layer, channel, inbox))
+        shutdown = asyncio.ensure_future(_on_stop(inbox))
+        heartbeat: asyncio.TimerHandle | None = None
         try:
             yield frame({"type": "session.heartbeat", "session_id": self.session_id})
             bounds = await log_bounds(self.session_id)
@@ -94,38 +127,50 @@ class SessionStream:
                 return
             async for chunk in self._replay(bounds):
                 yield chunk
+            loop = asyncio.get_running_loop()
             while True:
-                receiver = receiver or asyncio.ensure_future(layer.receive(channel))
-                done, _ = await asyncio.wait(
-                    {receiver, shutdown},
-                    timeout=settings.OMNIGENT_STREAM_HEARTBEAT_S,
-                    return_when=asyncio.FIRST_COMPLETED,
+                heartbeat = loop.call_later(
+                    settings.OMNIGENT_STREAM_HEARTBEAT_S, _offer, inbox, HEARTBEAT
                 )
-                if shutdown in done:
-                    yield DONE
-                    return
-                if receiver not in done:
-                    yield frame({"type": "session.heartbeat", "session_id": self.session_id})
-                    continue
-                message, receiver = receiver.result(), None
-                if message.get("type") == "session.end":
-                    yield DONE
-                    return
-                if message.get("type") != "session.event":
-                    continue
-                seq = int(message["seq"])
-                if seq <= self.last:
-                    continue
-                if seq > self.last + 1:
-                    async for chunk in self._fill(upto=seq - 1):
-                        yield chunk
-                yield self._emit(message["frame"].encode("utf-8"), seq)
-                if self._lagging():
-                    yield self._overflow()
+                batch = [await inbox.get()]
+                heartbeat.cancel()
+                while not inbox.empty():
+                    batch.append(inbox.get_nowait())
+                chunks: list[bytes] = []
+                ended = False
+                for message in batch:
+                    kind = message.get("type")
+                    if kind in ("session.end", "server.stop"):
+                        chunks.append(DONE)
+                        ended = True
+                        break
+                    if kind == "stream.heartbeat":
+                        if len(batch) == 1:
+                            chunks.append(
+                                frame({"type": "session.heartbeat", "session_id": self.session_id})
+                            )
+                        continue
+                    if kind != "session.event":
+                        continue
+                    seq = int(message["seq"])
+                    if seq <= self.last:
+                        continue
+                    if seq > self.last + 1:
+                        async for chunk in self._fill(upto=seq - 1):
+                            chunks.append(chunk)
+                    chunks.append(self._emit(message["frame"].encode("utf-8"), seq))
+                    if self._lagging():
+                        chunks.append(self._overflow())
+                        ended = True
+                        break
+                if chunks:
+                    yield b"".join(chunks)
+                if ended:
                     return
         finally:
-            if receiver is not None:
-                receiver.cancel()
+            if heartbeat is not None:
+                heartbeat.cancel()
+            pump.cancel()
             shutdown.cancel()
             self.watch.stop()
             try:
