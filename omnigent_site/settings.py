@@ -161,7 +161,7 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "BACKEND": "omnigent_site.channel_layer.EmbeddedChannelLayer",
             "CONFIG": {"capacity": 1000, "expiry": 60},
         }
     }

@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import deque
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -34,6 +35,8 @@ CLOSE_BAD_HELLO = 4001
 CLOSE_BAD_PROTOCOL = 4002
 CLOSE_DEAD_PEER = 4003
 CLOSE_REVOKED = 4004
+CLOSE_SERVER_ERROR = 1011
+EVENT_BATCH = 500
 
 
 class TunnelConsumer(AsyncWebsocketConsumer):
@@ -53,6 +56,8 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         self.pending: dict[str, tuple[str | None, dict[str, Any]]] = {}
         self.command_counter = 0
         self.tasks: list[asyncio.Task[None]] = []
+        self.event_backlog: deque[tuple[str, int, dict[str, Any]]] = deque()
+        self.event_writer: asyncio.Task[None] | None = None
         headers = dict(self.scope.get("headers") or [])
         token = headers.get(TOKEN_HEADER, b"").decode("utf-8", errors="replace")
         client = self.scope.get("client") or (None, None)
@@ -189,10 +194,28 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             return
         if not isinstance(event, dict):
             event = {"type": None}
-        acked = await database_sync_to_async(services.record_runner_event)(
-            runner_id=self.runner_id, session_id=session_id, seq=seq, event=event
-        )
-        await self._send({"type": "event.ack", "session_id": session_id, "seq": acked})
+        # Stored by one writer task, in arrival order; events that arrive while it is
+        # busy are stored (and shown to watchers) together in its next round.
+        self.event_backlog.append((session_id, seq, event))
+        if self.event_writer is None or self.event_writer.done():
+            self.event_writer = asyncio.create_task(self._write_events())
+
+    async def _write_events(self) -> None:
+        try:
+            while self.event_backlog and not self.closing:
+                batch = [
+                    self.event_backlog.popleft()
+                    for _ in range(min(len(self.event_backlog), EVENT_BATCH))
+                ]
+                acks = await database_sync_to_async(services.record_runner_events)(
+                    runner_id=self.runner_id, events=batch
+                )
+                for session_id, seq in acks.items():
+                    await self._send({"type": "event.ack", "session_id": session_id, "seq": seq})
+        except Exception:
+            # Nothing unacknowledged is lost: the runner resends it after reconnecting.
+            log.exception("tunnel %s: storing runner events failed", self.runner_id)
+            await self._close(CLOSE_SERVER_ERROR)
 
     async def _answer(self, frame: dict[str, Any]) -> None:
         command_id = frame.get("id")
@@ -280,6 +303,8 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         self.closing = True
         for task in self.tasks:
             task.cancel()
+        if self.event_writer is not None:
+            self.event_writer.cancel()
         pending, self.pending = self.pending, {}
         for reply_channel, _command in pending.values():
             if reply_channel:

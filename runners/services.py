@@ -22,6 +22,7 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from omnigent_site.authentication import get_or_create_user
 from sessions import runner_events
 from sessions.blobs import BundleMissing
+from sessions.eventlog import publishing_together
 from sessions.models import Response, Session
 from sessions.selectors import is_admin
 
@@ -246,9 +247,21 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
     return resumes
 
 
-def record_runner_event(*, runner_id: str, session_id: str, seq: int, event: dict[str, Any]) -> int:
-    """Store one runner event once; returns the cumulative seq to acknowledge."""
-    return runner_events.record(runner_id=runner_id, session_id=session_id, seq=seq, event=event)
+def record_runner_events(
+    *, runner_id: str, events: list[tuple[str, int, dict[str, Any]]]
+) -> dict[str, int]:
+    """Store runner events, each once; returns the cumulative seq to acknowledge per session.
+
+    Each event is its own transaction (one bad event cannot hold the others back);
+    watchers get what the batch produced together.
+    """
+    acks: dict[str, int] = {}
+    with publishing_together():
+        for session_id, seq, event in events:
+            acks[session_id] = runner_events.record(
+                runner_id=runner_id, session_id=session_id, seq=seq, event=event
+            )
+    return acks
 
 
 # --- binding ----------------------------------------------------------------------

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -44,8 +47,38 @@ def record_event(*, session_id: str, payload: dict[str, Any]) -> SessionEvent:
         )
         if seq % PRUNE_EVERY == 0:
             _prune(session_id=session_id, newest=seq)
-        transaction.on_commit(lambda: publish_event(event))
+        transaction.on_commit(lambda: _publish_or_hold(event))
     return event
+
+
+_held = threading.local()
+
+
+@contextmanager
+def publishing_together() -> Iterator[None]:
+    """Hold the events committed inside the block; publish them after it, together.
+
+    Subscribers then get one group message per session for the whole block instead
+    of one per event, which is what bounds how fast a busy session can be fanned out.
+    """
+    if getattr(_held, "events", None) is not None:
+        yield  # already inside a block: the outer one publishes
+        return
+    held: list[SessionEvent] = []
+    _held.events = held
+    try:
+        yield
+    finally:
+        _held.events = None
+        publish_events(held)
+
+
+def _publish_or_hold(event: SessionEvent) -> None:
+    held = getattr(_held, "events", None)
+    if held is not None:
+        held.append(event)
+    else:
+        publish_events([event])
 
 
 def _prune(*, session_id: str, newest: int) -> None:
@@ -62,24 +95,27 @@ def sse_frame(payload: dict[str, Any], *, seq: int | None = None) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def group_message(event: SessionEvent) -> dict[str, Any]:
-    # Rendered once here rather than once per subscriber.
-    return {
-        "type": "session.event",
-        "seq": event.seq,
-        "frame": sse_frame(event.payload, seq=event.seq),
-    }
+def group_messages(events: list[SessionEvent]) -> dict[str, dict[str, Any]]:
+    """One ``session.events`` message per session, frames rendered once (not per subscriber)."""
+    messages: dict[str, dict[str, Any]] = {}
+    for event in events:
+        message = messages.setdefault(event.session_id, {"type": "session.events", "events": []})
+        message["events"].append([event.seq, sse_frame(event.payload, seq=event.seq)])
+    return messages
 
 
-def publish_event(event: SessionEvent) -> None:
+def publish_events(events: list[SessionEvent]) -> None:
+    if not events:
+        return
     layer = get_channel_layer()
     if layer is None:
         return
-    try:
-        async_to_sync(layer.group_send)(session_group(event.session_id), group_message(event))
-    except Exception:
-        # Watchers recover from the log; a failed publish must not fail the write.
-        log.exception("could not publish event %s of %s", event.seq, event.session_id)
+    for session_id, message in group_messages(events).items():
+        try:
+            async_to_sync(layer.group_send)(session_group(session_id), message)
+        except Exception:
+            # Watchers recover from the log; a failed publish must not fail the write.
+            log.exception("could not publish events of %s", session_id)
 
 
 def publish_session_end(*, session_id: str, reason: str) -> None:

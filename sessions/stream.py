@@ -150,18 +150,20 @@ class SessionStream:
                                 frame({"type": "session.heartbeat", "session_id": self.session_id})
                             )
                         continue
-                    if kind != "session.event":
+                    if kind != "session.events":
                         continue
-                    seq = int(message["seq"])
-                    if seq <= self.last:
-                        continue
-                    if seq > self.last + 1:
-                        async for chunk in self._fill(upto=seq - 1):
-                            chunks.append(chunk)
-                    chunks.append(self._emit(message["frame"].encode("utf-8"), seq))
-                    if self._lagging():
-                        chunks.append(self._overflow())
-                        ended = True
+                    for seq, rendered in message["events"]:
+                        if seq <= self.last:
+                            continue
+                        if seq > self.last + 1:
+                            async for chunk in self._fill(upto=seq - 1):
+                                chunks.append(chunk)
+                        chunks.append(self._emit(rendered.encode("utf-8"), seq))
+                        if self._lagging():
+                            chunks.append(self._overflow())
+                            ended = True
+                            break
+                    if ended:
                         break
                 if chunks:
                     yield b"".join(chunks)

@@ -596,6 +596,33 @@ async def test_events_are_stored_once_and_acknowledged(
     assert session.last_runner_seq == 2
 
 
+async def test_a_burst_of_events_is_stored_in_order_and_acknowledged_up_to_the_last(
+    tunnels: Tunnels, registered: tuple[Runner, str], bound_session: Session
+) -> None:
+    _runner, token = registered
+    response = await open_turn(bound_session)
+    comm, _ = await tunnels.online(token, open_sessions=[bound_session.id])
+    sid = bound_session.id
+    for seq in range(1, 41):
+        await comm.send_json_to(
+            {
+                "type": "event",
+                "session_id": sid,
+                "seq": seq,
+                "event": item_done(response.id, f"item_b{seq}"),
+            }
+        )
+    acked = 0
+    while acked < 40:
+        ack = await receive(comm)
+        assert ack["type"] == "event.ack" and ack["session_id"] == sid, ack
+        assert ack["seq"] > acked  # cumulative and increasing
+        acked = ack["seq"]
+    assert await in_db(done_events)(sid) == [f"item_b{seq}" for seq in range(1, 41)]
+    session = await in_db(Session.objects.get)(pk=sid)
+    assert session.last_runner_seq == 40
+
+
 async def test_unacknowledged_events_resent_after_reconnect_are_stored_once(
     tunnels: Tunnels, registered: tuple[Runner, str], bound_session: Session
 ) -> None:
