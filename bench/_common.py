@@ -17,6 +17,7 @@ import signal
 import sys
 import tempfile
 import time
+import timeit
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,12 @@ def rss_bytes(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for pid {pid}")
 
 
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time ``pid`` has used, all threads (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def mib(value: int | float) -> float:
     return round(value / MIB, 2)
 
@@ -239,6 +246,7 @@ def fmt(stats: dict[str, Any]) -> str:
 
 
 def final_json(payload: dict[str, Any]) -> None:
+    payload = {**payload, "cpu_reference_us_at_end": cpu_reference_us()}
     print(json.dumps(payload, sort_keys=True), flush=True)
 
 
@@ -531,10 +539,23 @@ async def gather_limited(coros: list[Awaitable[Any]], limit: int) -> list[Any]:
     return await asyncio.gather(*(one(c) for c in coros))
 
 
+def cpu_reference_us() -> float:
+    """Microseconds for a fixed pure-Python loop (best of 5): this machine's speed now.
+
+    On a shared or throttled machine single-core speed drifts, by half on the
+    machine these numbers were first taken on; the same code then measures that
+    much slower. Comparing this figure tells whether two runs saw the same machine.
+    """
+    loops = 1000
+    best = min(timeit.repeat("sum(i * i for i in range(1000))", number=loops, repeat=5, globals={}))
+    return round(best / loops * 1e6, 1)
+
+
 def env_summary() -> dict[str, Any]:
-    """The machine, and its 1-minute load at the start (other work skews every number)."""
+    """The machine, its load and its speed at the start (other work skews every number)."""
     return {
         "cpus": os.cpu_count(),
         "python": sys.version.split()[0],
         "loadavg_1m_at_start": round(os.getloadavg()[0], 2),
+        "cpu_reference_us_at_start": cpu_reference_us(),
     }

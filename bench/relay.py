@@ -31,6 +31,7 @@ from bench._common import (  # noqa: E402
     agent_bundle,
     async_client,
     bind,
+    cpu_seconds,
     create_session,
     env_summary,
     final_json,
@@ -74,6 +75,8 @@ async def relay_latency(
             path = f"/v1/sessions/{session_id}/events"
             samples: list[float] = []
             started = time.perf_counter()
+            servers = {runner_server.process.popen.pid, http_server.process.popen.pid}
+            cpu_before = 0.0
             for i in range(warmup + n):
                 body = {
                     "type": "function_call_output",
@@ -90,9 +93,11 @@ async def relay_latency(
                     raise RuntimeError(f"request {i}: unexpected body {response.text[:300]}")
                 if i == warmup - 1:
                     started = time.perf_counter()
+                    cpu_before = sum(cpu_seconds(pid) for pid in servers)
                 if i >= warmup:
                     samples.append(elapsed)
             wall = time.perf_counter() - started
+            server_cpu = sum(cpu_seconds(pid) for pid in servers) - cpu_before
             if received != [f"call_bench_{i}" for i in range(warmup + n)]:
                 raise RuntimeError(
                     f"the stub received {len(received)} tool_result frames, expected {warmup + n}"
@@ -101,6 +106,9 @@ async def relay_latency(
             await stub.close()
     stats = summary_ms(samples)
     stats["requests_per_s"] = round(n / wall, 1) if wall > 0 else None
+    # CPU the server process(es) spent per request: steadier than wall time on a
+    # shared machine, and what more throughput per core would have to cut.
+    stats["server_cpu_ms_per_request"] = round(server_cpu / n * 1000, 2)
     return stats
 
 
@@ -193,7 +201,8 @@ def main() -> int:
             result["single"] = stats
             print(
                 f"   function_call_output → tool_result → ack → 202: {fmt(stats)}  "
-                f"({stats['requests_per_s']} req/s)",
+                f"({stats['requests_per_s']} req/s, "
+                f"server CPU {stats['server_cpu_ms_per_request']} ms/request)",
                 flush=True,
             )
             server.process.stop()
@@ -204,7 +213,8 @@ def main() -> int:
             result["two_process"] = stats
             print(
                 f"   function_call_output → tool_result → ack → 202: {fmt(stats)}  "
-                f"({stats['requests_per_s']} req/s)",
+                f"({stats['requests_per_s']} req/s, "
+                f"server CPU {stats['server_cpu_ms_per_request']} ms/request)",
                 flush=True,
             )
             first.process.stop()

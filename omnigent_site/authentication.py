@@ -19,6 +19,8 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
+from omnigent_site.rawsql import row_by
+
 if TYPE_CHECKING:
     from django.contrib.auth.models import User as AuthUser
 
@@ -49,7 +51,12 @@ def is_trusted_proxy(remote_addr: str | None) -> bool:
 
 
 def get_or_create_user(username: str) -> AuthUser:
+    """The user named ``username``, created (without a usable password) on first sight."""
     User = get_user_model()
+    # Every request authenticated by the header comes here: a plain one-row read first.
+    existing = row_by(User, User.USERNAME_FIELD, username)
+    if existing is not None:
+        return cast("AuthUser", existing)
     defaults: dict[str, Any] = {"email": username} if "@" in username else {}
     user, created = User.objects.get_or_create(username=username, defaults=defaults)
     if created:

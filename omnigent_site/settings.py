@@ -110,10 +110,16 @@ TEMPLATES = [
 ]
 
 _default_db = f"sqlite:///{BASE_DIR / 'var' / 'db.sqlite3'}"
+_database_url = os.environ.get("DATABASE_URL", "") or _default_db
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", "") or _default_db,
-        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0),
+        _database_url,
+        # Request threads are pooled (omnigent_site/handler.py), so a kept connection is
+        # used again by later requests. SQLite keeps its connections by default; a
+        # PostgreSQL connection goes back to the pool below at the end of each request.
+        conn_max_age=env_int(
+            "DATABASE_CONN_MAX_AGE", 300 if _database_url.startswith("sqlite") else 0
+        ),
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -136,8 +142,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_bool(
     "DATABASE_POOL", True
 ):
-    # Django runs each ASGI request's sync code in a fresh thread, so without a pool
-    # every request would open a new PostgreSQL connection.
+    # Channels consumers close their connection after every database call, and each
+    # server process runs many request threads: the pool makes both cheap and bounds
+    # the connections a process holds.
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": env_int("DATABASE_POOL_MIN_SIZE", 2),
@@ -206,6 +213,8 @@ OMNIGENT_HEARTBEAT_S = env_float("OMNIGENT_HEARTBEAT_S", 20.0)
 OMNIGENT_HELLO_TIMEOUT_S = env_float("OMNIGENT_HELLO_TIMEOUT_S", 10.0)
 OMNIGENT_RECONNECT_GRACE_S = env_float("OMNIGENT_RECONNECT_GRACE_S", 15.0)
 OMNIGENT_RELAY_TIMEOUT_S = env_float("OMNIGENT_RELAY_TIMEOUT_S", 10.0)
+# Idle request threads kept for later requests (omnigent_site/handler.py).
+OMNIGENT_REQUEST_THREADS_IDLE = max(0, env_int("OMNIGENT_REQUEST_THREADS_IDLE", 16))
 # Session stream (http-api.md, Stream).
 OMNIGENT_STREAM_HEARTBEAT_S = env_float("OMNIGENT_STREAM_HEARTBEAT_S", 15.0)
 OMNIGENT_EVENT_RETENTION = env_int("OMNIGENT_EVENT_RETENTION", 1000)

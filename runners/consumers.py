@@ -15,6 +15,7 @@ import time
 from collections import deque
 from typing import Any
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -37,12 +38,27 @@ CLOSE_DEAD_PEER = 4003
 CLOSE_REVOKED = 4004
 CLOSE_SERVER_ERROR = 1011
 EVENT_BATCH = 500
+# How long a closing tunnel may take to store the events it already received.
+EVENT_DRAIN_TIMEOUT_S = 10.0
 
 
 class TunnelConsumer(AsyncWebsocketConsumer):
     runner_id: str
     generation: int = 0
     closing: bool = False
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels' dispatch, without its ``close_old_connections`` before each message.
+
+        That call is a trip to the sync thread for every frame and every relayed
+        command, on the relay's hot path. It is not needed here: this consumer
+        reaches the database only through ``database_sync_to_async``, which closes
+        stale connections before and after each call.
+        """
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     # --- handshake ------------------------------------------------------------------
 
@@ -202,7 +218,9 @@ class TunnelConsumer(AsyncWebsocketConsumer):
 
     async def _write_events(self) -> None:
         try:
-            while self.event_backlog and not self.closing:
+            # Runs on after the socket closed too, until what arrived is stored
+            # (``disconnect`` waits for it); only the acks stop.
+            while self.event_backlog:
                 batch = [
                     self.event_backlog.popleft()
                     for _ in range(min(len(self.event_backlog), EVENT_BATCH))
@@ -216,6 +234,27 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             # Nothing unacknowledged is lost: the runner resends it after reconnecting.
             log.exception("tunnel %s: storing runner events failed", self.runner_id)
             await self._close(CLOSE_SERVER_ERROR)
+
+    async def _finish_event_writer(self) -> None:
+        """Store the events that arrived before the socket closed, within a deadline.
+
+        They are in memory already: storing them spares the runner resending
+        them, and its next ``welcome`` reports them acknowledged. If storing takes
+        too long, the writer is cancelled and the runner resends what was not
+        acknowledged, as after any other loss.
+        """
+        writer = self.event_writer
+        if writer is None or writer.done():
+            return
+        try:
+            async with asyncio.timeout(EVENT_DRAIN_TIMEOUT_S):
+                await writer
+        except TimeoutError:
+            log.warning(
+                "tunnel %s: %d received events left to the runner's resend",
+                self.runner_id,
+                len(self.event_backlog),
+            )
 
     async def _answer(self, frame: dict[str, Any]) -> None:
         command_id = frame.get("id")
@@ -303,8 +342,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         self.closing = True
         for task in self.tasks:
             task.cancel()
-        if self.event_writer is not None:
-            self.event_writer.cancel()
+        await self._finish_event_writer()
         pending, self.pending = self.pending, {}
         for reply_channel, _command in pending.values():
             if reply_channel:

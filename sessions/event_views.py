@@ -18,6 +18,7 @@ from .services import normalise_message
 
 class SessionEventsView(SessionScopedMixin, AsyncAPIView):
     permission_classes = [IsAuthenticated, SessionAccess]
+    session_with_agent = False
     session_levels = {"POST": EDIT}
 
     @extend_schema(request=EventSerializer, responses={202: dict})

@@ -29,7 +29,10 @@ class SessionAccess(BasePermission):
             return False
         level = view.required_session_level(request)
         session, held = selectors.session_for(
-            session_id=view.kwargs["session_id"], user=request.user, level=level
+            session_id=view.kwargs["session_id"],
+            user=request.user,
+            level=level,
+            with_agent=view.session_with_agent,
         )
         view.session = session
         view.session_level = held
@@ -38,6 +41,8 @@ class SessionAccess(BasePermission):
 
 class SessionScopedMixin:
     session_levels: dict[str, int] = {}
+    # Views that never read ``session.agent`` skip loading it (one query less).
+    session_with_agent = True
     # Set by SessionAccess before the handler runs.
     session: Session
     session_level: int

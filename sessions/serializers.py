@@ -6,6 +6,7 @@ import json
 import re
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from omnigent_site.timeutil import unix
@@ -97,8 +98,31 @@ class PermissionGrantSerializer(StrictSerializer):
         return value
 
 
-class ClientToolSerializer(serializers.Serializer):
-    """A client-side function tool in OpenAI's format."""
+CLIENT_TOOL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "type": {"type": "string", "enum": ["function"]},
+        "function": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,256}$"},
+                "description": {"type": "string"},
+                "parameters": {"type": "object", "additionalProperties": True},
+            },
+            "required": ["name"],
+        },
+    },
+    "required": ["type", "function"],
+}
+
+
+@extend_schema_field(CLIENT_TOOL_SCHEMA)
+class ClientToolField(serializers.Field):
+    """A client-side function tool in OpenAI's format.
+
+    A field rather than a nested serializer: every ``POST .../events`` builds the
+    event serializer, and DRF deep-copies a nested serializer each time.
+    """
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict) or data.get("type") != "function":
@@ -134,7 +158,7 @@ class EventSerializer(serializers.Serializer):
     type = serializers.CharField(max_length=64)
     # DRF's metaclass moves declared fields off the class, so ``.data`` stays the property.
     data = serializers.DictField(required=False, default=dict)  # type: ignore[assignment]
-    tools = serializers.ListField(child=ClientToolSerializer(), required=False, max_length=128)
+    tools = serializers.ListField(child=ClientToolField(), required=False, max_length=128)
 
 
 class FunctionCallOutputSerializer(serializers.Serializer):

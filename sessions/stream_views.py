@@ -34,6 +34,7 @@ class EventStreamRenderer(BaseRenderer):
 
 class SessionStreamView(SessionScopedMixin, AsyncAPIView):
     permission_classes = [IsAuthenticated, SessionAccess]
+    session_with_agent = False
     renderer_classes = [JSONRenderer, EventStreamRenderer]
 
     @extend_schema(

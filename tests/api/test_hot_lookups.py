@@ -1,0 +1,134 @@
+"""The plain-SQL lookups every request makes (``omnigent_site/rawsql.py``).
+
+They must read exactly what the ORM reads (field conversions included) on SQLite
+and on PostgreSQL (CI runs this folder on both), in a fixed, small number of
+queries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from rest_framework.exceptions import NotFound, PermissionDenied
+
+from omnigent_site.authentication import get_or_create_user
+from omnigent_site.rawsql import row_by
+from runners.models import Runner
+from runners.services import register_runner
+from sessions import selectors
+from sessions.models import Permission, Session
+from sessions.services import create_session_from_bundle, grant_permission
+
+from .conftest import ALICE, BOB, CAROL
+
+pytestmark = pytest.mark.django_db
+
+
+def field_values(instance: object) -> dict[str, object]:
+    return {
+        field.attname: getattr(instance, field.attname)
+        for field in instance._meta.concrete_fields  # type: ignore[attr-defined]
+    }
+
+
+@pytest.fixture
+def session(make_bundle: Callable[..., bytes]) -> Session:
+    alice = get_or_create_user(ALICE)
+    created = create_session_from_bundle(user=alice, data=make_bundle())
+    Session.objects.filter(pk=created.pk).update(
+        labels={"team": "core", "n": "1"}, last_task_error={"code": "x", "message": "é"}
+    )
+    return Session.objects.get(pk=created.pk)
+
+
+@pytest.fixture
+def runner() -> Runner:
+    runner, _token = register_runner(owner=get_or_create_user(ALICE), name="laptop")
+    Runner.objects.filter(pk=runner.pk).update(
+        channel_name="specific.abc!def",
+        last_seen_at=timezone.now(),
+        workspace={"root": "/w", "mode": "agent_edit"},
+    )
+    return Runner.objects.get(pk=runner.pk)
+
+
+def test_row_by_reads_what_the_orm_reads(session: Session, runner: Runner) -> None:
+    for model, instance in ((Session, session), (Runner, runner)):
+        raw = row_by(model, "id", instance.pk)
+        assert raw is not None and type(raw) is model
+        assert field_values(raw) == field_values(model.objects.get(pk=instance.pk))
+    raw_session = row_by(Session, "id", session.pk)
+    assert raw_session is not None
+    assert raw_session.labels == {"team": "core", "n": "1"}
+    assert isinstance(raw_session.created_at, datetime) and timezone.is_aware(
+        raw_session.created_at
+    )
+
+
+def test_row_by_is_none_for_a_missing_row_and_takes_any_text_as_a_parameter() -> None:
+    alice = get_or_create_user(ALICE)
+    assert row_by(Runner, "id", "runner_token_missing") is None
+    assert row_by(Runner, "id", "x' OR '1'='1") is None
+    User = get_user_model()
+    assert row_by(User, User.USERNAME_FIELD, "x' OR '1'='1") is None
+    assert row_by(User, User.USERNAME_FIELD, '"; DROP TABLE auth_user; --') is None
+    found = row_by(User, User.USERNAME_FIELD, ALICE)
+    assert found is not None and found.pk == alice.pk
+
+
+def test_header_users_are_found_and_created_once() -> None:
+    User = get_user_model()
+    created = get_or_create_user("new.person@example.com")
+    assert created.email == "new.person@example.com"
+    assert not created.has_usable_password()
+    again = get_or_create_user("new.person@example.com")
+    assert again.pk == created.pk
+    assert User.objects.filter(username="new.person@example.com").count() == 1
+
+
+def test_session_for_costs_one_query_per_row_it_returns(
+    session: Session, runner: Runner, django_assert_num_queries: Callable[..., object]
+) -> None:
+    alice = get_or_create_user(ALICE)
+    agent_name = session.agent.name
+    with django_assert_num_queries(2):  # session + grant, agent; no runner bound
+        found, level = selectors.session_for(session_id=session.pk, user=alice, level=1)
+    assert level == Permission.Level.OWNER
+    assert found.runner is None
+    Session.objects.filter(pk=session.pk).update(runner=runner)
+    with django_assert_num_queries(3):  # session + grant, runner, agent
+        found, _ = selectors.session_for(session_id=session.pk, user=alice, level=4)
+    with django_assert_num_queries(0):
+        assert found.runner is not None and found.runner.channel_name == "specific.abc!def"
+        assert found.runner.online
+        assert found.agent.name == agent_name
+    with django_assert_num_queries(2):  # the relay's hot path skips the agent
+        found, _ = selectors.session_for(
+            session_id=session.pk, user=alice, level=2, with_agent=False
+        )
+    assert field_values(found) == field_values(Session.objects.get(pk=session.pk))
+
+
+def test_session_for_levels_strangers_and_admins(session: Session) -> None:
+    alice = get_or_create_user(ALICE)
+    bob = get_or_create_user(BOB)
+    carol = get_or_create_user(CAROL)
+    grant_permission(session=session, actor=alice, user_id=BOB, level=Permission.Level.READ)
+    _, level = selectors.session_for(session_id=session.pk, user=bob, level=1)
+    assert level == Permission.Level.READ
+    with pytest.raises(PermissionDenied):
+        selectors.session_for(session_id=session.pk, user=bob, level=2)
+    with pytest.raises(NotFound):
+        selectors.session_for(session_id=session.pk, user=carol, level=1)
+    with pytest.raises(NotFound):
+        selectors.session_for(session_id="conv_missing", user=alice, level=1)
+    carol.is_staff = True
+    carol.save(update_fields=["is_staff"])
+    _, level = selectors.session_for(session_id=session.pk, user=carol, level=4)
+    assert level == 4
+    with pytest.raises(NotFound):
+        selectors.session_for(session_id="conv_missing", user=carol, level=1)

@@ -1,0 +1,95 @@
+"""Requests through ``omnigent_site.asgi.application`` reuse threads and connections.
+
+Stock Django starts a thread for every ASGI request and opens a database
+connection in it; the pooled handler keeps both for later requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from django.core.signals import request_finished
+from django.db import connection
+
+from omnigent_site.asgi import application
+from omnigent_site.handler import PooledThreadsASGIHandler
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.django_db(transaction=True)]
+
+
+async def get(path: str, **extra_headers: str) -> tuple[int, bytes]:
+    """One ASGI HTTP GET; returns the status and the body."""
+    sent: list[dict[str, Any]] = []
+    incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    incoming.put_nowait({"type": "http.request", "body": b"", "more_body": False})
+    headers = [(b"host", b"testserver")] + [
+        (name.replace("_", "-").encode(), value.encode()) for name, value in extra_headers.items()
+    ]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await asyncio.wait_for(application(scope, incoming.get, send), timeout=30)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, body
+
+
+class RequestEnds:
+    """Where each request ended: its thread, and the database connection it held there.
+
+    ``request_finished`` runs in the request's own thread, like its ORM calls.
+    """
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, int | None]] = []
+
+    def __call__(self, sender: Any, **kwargs: Any) -> None:
+        raw = connection.connection
+        self.seen.append((threading.get_ident(), None if raw is None else id(raw)))
+
+    def __enter__(self) -> RequestEnds:
+        request_finished.connect(self, sender=PooledThreadsASGIHandler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        request_finished.disconnect(self, sender=PooledThreadsASGIHandler)
+
+
+async def test_sequential_requests_share_one_thread_and_one_connection() -> None:
+    with RequestEnds() as ends:
+        for _ in range(5):
+            status, body = await get("/health")
+            assert status == 200, body
+    assert len(ends.seen) == 5
+    threads = {thread for thread, _ in ends.seen}
+    assert len(threads) == 1
+    assert threading.get_ident() not in threads
+    if connection.vendor == "sqlite" and connection.settings_dict["CONN_MAX_AGE"]:
+        # /health queried the database each time, on the connection kept from before.
+        raw_connections = {raw for _, raw in ends.seen}
+        assert len(raw_connections) == 1 and None not in raw_connections
+
+
+async def test_overlapping_requests_run_on_threads_of_their_own() -> None:
+    with RequestEnds() as ends:
+        results = await asyncio.gather(*(get("/health") for _ in range(3)))
+    assert [status for status, _ in results] == [200, 200, 200]
+    assert len({thread for thread, _ in ends.seen}) == 3
