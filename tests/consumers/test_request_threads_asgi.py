@@ -17,36 +17,21 @@ from django.db import connection
 from omnigent_site.asgi import application
 from omnigent_site.handler import PooledThreadsASGIHandler
 
+from .asgi_http import http_scope
+
 pytestmark = [pytest.mark.timeout(60), pytest.mark.django_db(transaction=True)]
 
 
-async def get(path: str, **extra_headers: str) -> tuple[int, bytes]:
+async def get(path: str) -> tuple[int, bytes]:
     """One ASGI HTTP GET; returns the status and the body."""
     sent: list[dict[str, Any]] = []
     incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
     incoming.put_nowait({"type": "http.request", "body": b"", "more_body": False})
-    headers = [(b"host", b"testserver")] + [
-        (name.replace("_", "-").encode(), value.encode()) for name, value in extra_headers.items()
-    ]
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": headers,
-        "client": ("127.0.0.1", 50000),
-        "server": ("testserver", 80),
-    }
 
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    await asyncio.wait_for(application(scope, incoming.get, send), timeout=30)
+    await asyncio.wait_for(application(http_scope(path), incoming.get, send), timeout=30)
     status = next(m["status"] for m in sent if m["type"] == "http.response.start")
     body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
     return status, body

@@ -21,6 +21,8 @@ from sessions.eventlog import record_event, session_group
 from sessions.models import SessionEvent
 from sessions.services import create_session_from_bundle
 
+from .asgi_http import http_scope
+
 pytestmark = [pytest.mark.timeout(60), pytest.mark.django_db(transaction=True)]
 
 
@@ -43,21 +45,10 @@ class StreamCall:
     ) -> None:
         self.sent: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "GET",
-            "scheme": "http",
-            "path": f"/v1/sessions/{session_id}/stream",
-            "raw_path": f"/v1/sessions/{session_id}/stream".encode(),
-            "query_string": b"",
-            "root_path": "",
-            "headers": [(b"host", b"testserver"), (b"x-forwarded-email", b"alice@example.com")]
-            + (headers or []),
-            "client": ("127.0.0.1", 50000),
-            "server": ("testserver", 80),
-        }
+        scope = http_scope(
+            f"/v1/sessions/{session_id}/stream",
+            headers=[(b"x-forwarded-email", b"alice@example.com"), *(headers or [])],
+        )
         self.incoming.put_nowait({"type": "http.request", "body": b"", "more_body": False})
         self.task = asyncio.ensure_future(application(scope, self.incoming.get, self.sent.put))
 
