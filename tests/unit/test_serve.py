@@ -1,23 +1,24 @@
-"""``python -m omnigent_site.serve``: daphne's arguments and the Content-Type parse cache."""
+"""``python -m omnigent_site.serve``: daphne's arguments and request class."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 import pytest
+from daphne import http_protocol
 from twisted.web import http
 
-from omnigent_site.serve import cache_content_type_parsing, daphne_argv
+from omnigent_site.serve import daphne_argv, skip_twisted_form_parsing
 
 
 @pytest.fixture
-def twisted_parse() -> Iterator[None]:
-    """Restore Twisted's own function after the test."""
-    original = http._parseContentType
+def daphne_request_class() -> Iterator[None]:
+    """Restore daphne's own request class after the test."""
+    original = http_protocol.WebRequest
     try:
         yield
     finally:
-        http._parseContentType = original
+        http_protocol.WebRequest = original
 
 
 def test_daphne_gets_the_frame_limit_the_address_and_the_app(
@@ -31,24 +32,31 @@ def test_daphne_gets_the_frame_limit_the_address_and_the_app(
     assert argv[-2:] == ["--proxy-headers", "omnigent_site.asgi:application"]
 
 
-@pytest.mark.usefixtures("twisted_parse")
-def test_content_type_parsing_is_cached_with_the_same_answers() -> None:
-    original = getattr(http._parseContentType, "__wrapped__", http._parseContentType)
-    headers = [
-        b"application/json",
-        b"application/json; charset=utf-8",
-        b"Multipart/Form-Data; boundary=abc",
-        b"application/x-www-form-urlencoded",
-        b"text/plain;charset=latin-1",
-        b"not a content type",
-    ]
-    assert cache_content_type_parsing()
-    cached = http._parseContentType
-    assert hasattr(cached, "cache_info")
-    for header in headers:
-        assert cached(header) == original(header)
-        assert cached(header) == original(header)
-    assert cached.cache_info().hits >= len(headers)
-    # Installing twice does not wrap the cache in another cache.
-    assert cache_content_type_parsing()
-    assert http._parseContentType is cached
+class FakeChannel:
+    """What a request needs of its HTTP channel and daphne server at construction."""
+
+    transport = None
+
+    class factory:  # noqa: N801 - attribute access like Twisted's
+        class server:  # noqa: N801
+            @staticmethod
+            def protocol_connected(request: object) -> None:
+                return None
+
+    def getPeer(self) -> None:  # noqa: N802
+        return None
+
+    def getHost(self) -> None:  # noqa: N802
+        return None
+
+
+@pytest.mark.usefixtures("daphne_request_class")
+def test_twisted_no_longer_parses_post_bodies_as_forms() -> None:
+    assert skip_twisted_form_parsing()
+    request_class = http_protocol.WebRequest
+    assert issubclass(request_class, http.Request)
+    request = request_class(FakeChannel())
+    assert request._parsePOSTFormSubmission is False
+    # Installing twice does not stack subclasses.
+    assert skip_twisted_form_parsing()
+    assert http_protocol.WebRequest is request_class
