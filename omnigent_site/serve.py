@@ -5,11 +5,13 @@ runner's tunnel on the first large frame (a bundle, a long answer) and make it
 reconnect forever. This entry point starts daphne with the tunnel's frame limit
 (``OMNIGENT_MAX_FRAME_BYTES``, 16 MiB by default) and the project's ASGI app;
 any other daphne option can be appended. It also keeps Twisted from parsing POST
-bodies that only Django reads (``skip_twisted_form_parsing``).
+bodies that only Django reads (``skip_twisted_form_parsing``), and starts the
+process-wide stale-runner sweep (``runners/upkeep.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import os
 import sys
@@ -73,11 +75,29 @@ def skip_twisted_form_parsing() -> bool:
     return True
 
 
+_background: set[asyncio.Task[None]] = set()
+
+
+def start_upkeep() -> None:
+    """Start the process-wide loops (``runners/upkeep.py``) on daphne's event loop.
+
+    Called once the reactor runs, when daphne has loaded the application (and so
+    set Django up).
+    """
+    from runners.upkeep import sweep_stale_runners_forever
+
+    task = asyncio.get_event_loop().create_task(sweep_stale_runners_forever())
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "omnigent_site.settings")
     from daphne.cli import CommandLineInterface
+    from twisted.internet import reactor
 
     skip_twisted_form_parsing()
+    reactor.callWhenRunning(start_upkeep)  # type: ignore[attr-defined]
     CommandLineInterface().run(daphne_argv(sys.argv[1:] if argv is None else argv))
 
 

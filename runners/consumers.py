@@ -26,6 +26,7 @@ from sessions import runner_events
 
 from . import services
 from .relay import notify
+from .upkeep import sweep_stale_runners
 
 log = logging.getLogger(__name__)
 
@@ -367,29 +368,6 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             asyncio.get_running_loop().create_task(
                 fail_after_grace(runner_id=self.runner_id, generation=self.generation)
             )
-
-
-_last_sweep = 0.0
-
-
-async def sweep_stale_runners() -> None:
-    """Now and then, fail the busy sessions of runners whose server process died.
-
-    The grace timer runs in the process that held the tunnel; if that process is
-    gone, any live process notices the stale Runner row here instead.
-    """
-    global _last_sweep
-    now = time.monotonic()
-    if now - _last_sweep < max(settings.OMNIGENT_RECONNECT_GRACE_S, settings.OMNIGENT_HEARTBEAT_S):
-        return
-    _last_sweep = now
-    try:
-        failed = await database_sync_to_async(services.fail_stale_runners)()
-    except Exception:
-        log.exception("could not sweep stale runners")
-        return
-    if failed:
-        log.warning("failed sessions of runners that vanished: %s", ", ".join(failed))
 
 
 async def fail_after_grace(*, runner_id: str, generation: int) -> None:

@@ -45,13 +45,13 @@ def mock_llm() -> Iterator[MockLLMServer]:
 
 
 def server_env(tmp: Path, **extra: str) -> dict[str, str]:
-    return base_env(
-        DATABASE_URL=f"sqlite:///{tmp / 'db.sqlite3'}",
-        OMNIGENT_DATA_DIR=str(tmp / "data"),
-        OMNIGENT_RECONNECT_GRACE_S="3",
-        OMNIGENT_LOG_LEVEL="INFO",
-        **extra,
-    )
+    settings = {
+        "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
+        "OMNIGENT_DATA_DIR": str(tmp / "data"),
+        "OMNIGENT_RECONNECT_GRACE_S": "3",
+        "OMNIGENT_LOG_LEVEL": "INFO",
+    }
+    return base_env(**{**settings, **extra})
 
 
 @pytest.fixture
