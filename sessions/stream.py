@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,6 +32,8 @@ REPLAY_BATCH = 500
 INBOX_SIZE = 1000
 DONE = b"data: [DONE]\n\n"
 HEARTBEAT: dict[str, Any] = {"type": "stream.heartbeat"}
+# A stream joins its session's group again this often (channel layers expire members).
+GROUP_REFRESH_S = 3600.0
 
 
 def _offer(inbox: asyncio.Queue[dict[str, Any]], message: dict[str, Any]) -> None:
@@ -128,7 +131,13 @@ class SessionStream:
             async for chunk in self._replay(bounds):
                 yield chunk
             loop = asyncio.get_running_loop()
+            joined = time.monotonic()
             while True:
+                if time.monotonic() - joined > GROUP_REFRESH_S:
+                    # Channel layers drop group members after ``group_expiry`` (a day by
+                    # default); joining again renews the membership of a long stream.
+                    await layer.group_add(group, channel)
+                    joined = time.monotonic()
                 heartbeat = loop.call_later(
                     settings.OMNIGENT_STREAM_HEARTBEAT_S, _offer, inbox, HEARTBEAT
                 )

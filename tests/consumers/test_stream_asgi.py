@@ -8,6 +8,7 @@ channel layer afterwards.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from django.db import transaction
 
 from omnigent_site.asgi import application
 from omnigent_site.authentication import get_or_create_user
+from sessions import stream as stream_module
 from sessions.eventlog import record_event, session_group
 from sessions.models import SessionEvent
 from sessions.services import create_session_from_bundle
@@ -122,3 +124,29 @@ async def test_the_event_log_is_pruned_to_the_retention(make_bundle: Any, settin
     seqs = await database_sync_to_async(stored)()
     # Pruning runs every 100 events: at 200 it kept 171..200, then 201..250 arrived.
     assert seqs == list(range(171, 251))
+
+
+async def test_a_long_stream_joins_its_group_again_before_the_membership_expires(
+    make_bundle: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.OMNIGENT_STREAM_HEARTBEAT_S = 0.05
+    monkeypatch.setattr(stream_module, "GROUP_REFRESH_S", 0.0)  # renew at every wake-up
+    layer = get_channel_layer()
+    session_id = await database_sync_to_async(_session)(make_bundle)
+    group = session_group(session_id)
+    call = StreamCall(session_id)
+    await call.start()
+    assert b"event: session.heartbeat" in await call.next_body()
+    [channel] = layer.groups[group]
+    # As if the stream had joined longer ago than the layer keeps members.
+    layer.groups[group][channel] = time.time() - 2 * layer.group_expiry
+    assert b"event: session.heartbeat" in await call.next_body()  # a wake-up: renewed
+    layer._next_sweep = 0.0
+    layer._clean_expired()
+    assert channel in layer.groups.get(group, {})
+
+    await database_sync_to_async(_record)(session_id, 1)
+    received = b""
+    while b"event: test.event" not in received:
+        received += await call.next_body()
+    await call.disconnect()
