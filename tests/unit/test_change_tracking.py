@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from workspaces.tools.git_parse import parse_numstat, parse_status, status_from_codes
 from workspaces.tools.tracking import (
     NET_STATUS,
     AgentEditTracker,
@@ -353,14 +354,83 @@ async def test_git_failed_tool_call_still_reports(repo: Path) -> None:
 
 
 @needs_git
-async def test_git_rename_reports_new_created_and_old_deleted(repo: Path) -> None:
+async def test_git_rename_is_reported_under_its_new_path_only(repo: Path) -> None:
     tracker = GitTracker(repo)
     _, payload = await tracker.run_tool("sys_os_shell", {"command": "git mv tracked.txt moved.txt"})
     entries = by_path(payload)
-    assert entries["moved.txt"]["status"] == "created"
-    assert entries["moved.txt"]["lines_added"] == 3
+    assert list(entries) == ["moved.txt"]
+    moved = entries["moved.txt"]
+    assert moved["status"] == "modified"
+    assert (moved["lines_added"], moved["lines_removed"]) == (0, 0)
+    assert moved["before"] == "one\ntwo\nthree\n"  # the old path's content in HEAD
+    assert moved["after"] == "one\ntwo\nthree\n"
+
+
+@needs_git
+async def test_git_renamed_and_edited_file_counts_lines_against_its_old_content(
+    repo: Path,
+) -> None:
+    tracker = GitTracker(repo)
+    command = "git mv tracked.txt moved.txt && printf 'four\\n' >> moved.txt"
+    _, payload = await tracker.run_tool("sys_os_shell", {"command": command})
+    moved = only_entry(payload)
+    assert moved["path"] == "moved.txt" and moved["status"] == "modified"
+    assert (moved["lines_added"], moved["lines_removed"]) == (1, 0)
+    assert moved["before"] == "one\ntwo\nthree\n"
+
+
+@needs_git
+async def test_git_plain_move_is_a_deletion_and_a_new_file(repo: Path) -> None:
+    # Not staged, so git itself sees no rename: the old path deleted, the new one untracked.
+    tracker = GitTracker(repo)
+    _, payload = await tracker.run_tool("sys_os_shell", {"command": "mv tracked.txt moved.txt"})
+    entries = by_path(payload)
     assert entries["tracked.txt"]["status"] == "deleted"
-    assert entries["tracked.txt"]["before"] == "one\ntwo\nthree\n"
+    assert entries["moved.txt"]["status"] == "created"
+
+
+@needs_git
+async def test_git_renamed_then_deleted_file_is_its_old_path_deleted(repo: Path) -> None:
+    tracker = GitTracker(repo)
+    command = "git mv tracked.txt moved.txt && rm moved.txt"
+    _, payload = await tracker.run_tool("sys_os_shell", {"command": command})
+    entry = only_entry(payload)
+    assert (entry["path"], entry["status"]) == ("tracked.txt", "deleted")
+    assert entry["before"] == "one\ntwo\nthree\n"
+
+
+def test_parse_status_renames_copies_and_plain_codes() -> None:
+    output = b"\0".join(
+        [b"R  new.txt", b"old.txt", b"C  copy.txt", b"orig.txt", b"RD gone.txt", b"was.txt"]
+        + [b" M edited.txt", b"?? fresh.txt", b""]
+    )
+    report = parse_status(output)
+    assert report.codes == {
+        "new.txt": ["R "],
+        "copy.txt": ["A "],
+        "was.txt": ["D "],
+        "edited.txt": [" M"],
+        "fresh.txt": ["??"],
+    }
+    assert report.renamed_from == {"new.txt": "old.txt"}
+    assert [status_from_codes(report.codes[p]) for p in report.codes] == [
+        "modified",
+        "created",
+        "deleted",
+        "modified",
+        "created",
+    ]
+
+
+def test_parse_numstat_gives_a_rename_counts_to_its_new_path() -> None:
+    output = b"\0".join(
+        [b"1\t0\t", b"old.txt", b"new.txt", b"2\t3\tplain.txt", b"-\t-\tbin.dat", b""]
+    )
+    assert parse_numstat(output) == {
+        "new.txt": (1, 0),
+        "plain.txt": (2, 3),
+        "bin.dat": (None, None),
+    }
 
 
 @needs_git

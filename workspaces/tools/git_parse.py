@@ -7,6 +7,7 @@ codes to the contract's statuses can be read (and tested) on its own.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from .changes import Status
@@ -25,38 +26,58 @@ def is_excluded(rel: str) -> bool:
     return any(part in EXCLUDED_SEGMENTS for part in PurePosixPath(rel).parts)
 
 
-def parse_status(output: bytes) -> dict[str, list[str]]:
-    """``git status --porcelain=v1 -z`` → {top-level path: [XY codes]}.
+@dataclass
+class StatusReport:
+    """``git status`` per top-level path, and where each staged rename came from."""
 
-    A rename or copy (``R``/``C``, followed by the source path) is reported as an
-    added new path, and for a rename a deleted source path.
+    codes: dict[str, list[str]] = field(default_factory=dict)
+    renamed_from: dict[str, str] = field(default_factory=dict)  # new path -> old path
+
+
+def parse_status(output: bytes) -> StatusReport:
+    """``git status --porcelain=v1 -z --renames`` → codes per top-level path.
+
+    A rename (``R``, followed by the source path) is reported under its new path
+    only, as the contract says; its source is remembered as the diff baseline. A
+    renamed file that was then deleted from the working tree is the source path
+    deleted. A copy (``C``) is an added new path.
     """
     fields = output.split(b"\0")
-    codes: dict[str, list[str]] = {}
+    report = StatusReport()
     i = 0
     while i < len(fields):
-        field = fields[i]
+        entry = fields[i]
         i += 1
-        if len(field) < 4:
+        if len(entry) < 4:
             continue
-        xy, raw = field[:2].decode("ascii", "replace"), field[3:]
+        xy, raw = entry[:2].decode("ascii", "replace"), entry[3:]
         if xy[0] in "RC":
             source = fields[i] if i < len(fields) else b""
             i += 1
-            if xy[0] == "R" and source:
-                _add_code(codes, source, "D ")
-            xy = "A" + xy[1]
-        _add_code(codes, raw, xy)
-    return codes
+            if xy[0] == "C":
+                xy = "A" + xy[1]
+            elif xy[1] == "D":
+                if source:
+                    _add_code(report.codes, source, "D ")
+                continue
+            elif source and (old := _decode(source)) is not None and (new := _decode(raw)):
+                report.renamed_from[new] = old
+        _add_code(report.codes, raw, xy)
+    return report
+
+
+def _decode(raw: bytes) -> str | None:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        logger.info("change tracking skips a path that is not UTF-8: %r", raw)
+        return None
 
 
 def _add_code(codes: dict[str, list[str]], raw: bytes, xy: str) -> None:
-    try:
-        path = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        logger.info("change tracking skips a path that is not UTF-8: %r", raw)
-        return
-    codes.setdefault(path, []).append(xy)
+    path = _decode(raw)
+    if path is not None:
+        codes.setdefault(path, []).append(xy)
 
 
 def status_from_codes(codes: list[str]) -> Status | None:
@@ -68,6 +89,8 @@ def status_from_codes(codes: list[str]) -> Status | None:
     if untracked:
         return "created"
     code = codes[0]
+    if code[0] == "R":
+        return "modified"  # the contract: anything but untracked, added or deleted
     if code[0] == "A":
         return None if code[1] == "D" else "created"  # added then removed: nothing
     if "D" in code:
@@ -76,16 +99,25 @@ def status_from_codes(codes: list[str]) -> Status | None:
 
 
 def parse_numstat(output: bytes) -> dict[str, tuple[int | None, int | None]]:
-    """``git diff --numstat -z`` (no renames) → {top-level path: (added, removed)}."""
+    """``git diff --numstat -z`` → {top-level path: (added, removed)}.
+
+    A rename's record has an empty path followed by the old and the new path; its
+    counts (against the old content) go to the new path.
+    """
     stats: dict[str, tuple[int | None, int | None]] = {}
-    for record in output.split(b"\0"):
-        parts = record.split(b"\t", 2)
+    fields = output.split(b"\0")
+    i = 0
+    while i < len(fields):
+        parts = fields[i].split(b"\t", 2)
+        i += 1
         if len(parts) != 3:
             continue
         added, removed, raw = parts
-        try:
-            path = raw.decode("utf-8")
-        except UnicodeDecodeError:
+        if raw == b"":  # a rename: old path, then new path
+            raw = fields[i + 1] if i + 1 < len(fields) else b""
+            i += 2
+        path = _decode(raw) if raw else None
+        if path is None:
             continue
         stats[path] = (
             None if added == b"-" else int(added),

@@ -40,8 +40,10 @@ logger = logging.getLogger(__name__)
 
 GIT_DEADLINE = 30.0
 _Fingerprint = tuple[str, int | None, int | None, str | None]
-_STATUS_ARGS = ("status", "--porcelain=v1", "-z", "--no-renames", "--untracked-files=all")
-_DIFF_ARGS = ("diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv")
+# Renames are detected (whatever the user's git config says) so that a staged rename is
+# reported under its new path, with line counts and ``before`` from its old path.
+_STATUS_ARGS = ("status", "--porcelain=v1", "-z", "--renames", "--untracked-files=all")
+_DIFF_ARGS = ("diff", "--numstat", "-z", "--find-renames", "--no-ext-diff", "--no-textconv")
 
 
 class GitError(Exception):
@@ -51,7 +53,8 @@ class GitError(Exception):
 @dataclass(frozen=True)
 class _Change:
     rel: str  # relative to the tracker root
-    top: str  # relative to the repository top level (for HEAD:<path>)
+    baseline: str  # the path in HEAD, relative to the repository top level (its old
+    # path for a rename)
     status: Status
     numstat: tuple[int | None, int | None] | None
 
@@ -122,7 +125,8 @@ class GitTracker(ChangeTracker):
             numstat = parse_numstat(diff_out)
         prefix = self._prefix or ""
         changes = []
-        for top, codes in parse_status(status_out).items():
+        report = parse_status(status_out)
+        for top, codes in report.codes.items():
             if not top.startswith(prefix):
                 continue
             rel = top[len(prefix) :]
@@ -130,7 +134,8 @@ class GitTracker(ChangeTracker):
                 continue
             status = status_from_codes(codes)
             if status is not None:
-                changes.append(_Change(rel, top, status, numstat.get(top)))
+                baseline = report.renamed_from.get(top, top)
+                changes.append(_Change(rel, baseline, status, numstat.get(top)))
         return sorted(changes, key=lambda c: c.rel)
 
     def _local(
@@ -158,7 +163,7 @@ class GitTracker(ChangeTracker):
                 entry["before"] = None
                 entry["after"] = read_text_capped(path) if state.exists else None
                 if change.status != "created":
-                    wanted[change.rel] = change.top
+                    wanted[change.rel] = change.baseline
             entries.append(entry)
         return entries, fingerprints, wanted
 
