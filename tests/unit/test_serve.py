@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 
 import pytest
 from daphne import http_protocol
 from twisted.web import http
 
-from omnigent_site.serve import daphne_argv, skip_twisted_form_parsing
+from omnigent_site.serve import daphne_argv, freeze_startup_objects, skip_twisted_form_parsing
 
 
 @pytest.fixture
@@ -60,3 +61,12 @@ def test_twisted_no_longer_parses_post_bodies_as_forms() -> None:
     # Installing twice does not stack subclasses.
     assert skip_twisted_form_parsing()
     assert http_protocol.WebRequest is request_class
+
+
+def test_startup_objects_are_frozen_out_of_full_collections() -> None:
+    gc.unfreeze()
+    try:
+        freeze_startup_objects()
+        assert gc.get_freeze_count() > 10_000  # Django, DRF, Twisted, the app
+    finally:
+        gc.unfreeze()
