@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from adrf.views import APIView as AsyncAPIView
+from django.http import HttpResponseBase
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
-from rest_framework.response import Response
+
+from omnigent_site.async_views import RenderJSONOnLoopMixin
 
 from . import turns
 from .permissions import EDIT, SessionAccess, SessionScopedMixin
@@ -16,13 +18,13 @@ from .serializers import EventSerializer, FunctionCallOutputSerializer
 from .services import normalise_message
 
 
-class SessionEventsView(SessionScopedMixin, AsyncAPIView):
+class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView):
     permission_classes = [IsAuthenticated, SessionAccess]
     session_with_agent = False
     session_levels = {"POST": EDIT}
 
     @extend_schema(request=EventSerializer, responses={202: dict})
-    async def post(self, request: Request, session_id: str) -> Response:
+    async def post(self, request: Request, session_id: str) -> HttpResponseBase:
         serializer = EventSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         event = serializer.validated_data
@@ -55,4 +57,4 @@ class SessionEventsView(SessionScopedMixin, AsyncAPIView):
                     ]
                 }
             )
-        return Response(body, status=status.HTTP_202_ACCEPTED)
+        return self.render_now(body, status=status.HTTP_202_ACCEPTED)

@@ -8,11 +8,13 @@ the runner is started as a task while the stub reads and answers the command.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from django.test import AsyncClient
 
 from runners import services
 from runners.models import Runner
@@ -140,6 +142,35 @@ async def test_function_call_output_is_relayed_as_exactly_tool_result(
     assert not pending.done()  # the answer waits for the runner's ack
     await stub.ack(frame)
     assert body_of(await pending, 202) == {"queued": True, "item_id": "call_42"}
+
+
+async def test_the_202_is_json_for_api_clients_and_the_browsable_page_for_browsers(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+    for accept, content_type in (
+        ("application/json", "application/json"),
+        ("text/html", "text/html; charset=utf-8"),
+    ):
+        pending = start(
+            AsyncClient().post(
+                f"/v1/sessions/{session.id}/events",
+                data=json.dumps(tool_output()),
+                content_type="application/json",
+                headers={"X-Forwarded-Email": ALICE, "Accept": accept},
+            )
+        )
+        await stub.ack(await stub.expect("tool_result"))
+        response = await pending
+        assert response.status_code == 202, response.content[:300]
+        assert response["Content-Type"] == content_type
+        assert "Accept" in response["Vary"]
+        if accept == "application/json":
+            assert json.loads(response.content) == {"queued": True, "item_id": "call_42"}
+        else:
+            assert b"call_42" in response.content and b"<html" in response.content
 
 
 async def test_function_call_output_without_a_runner_is_503(session: Session) -> None:
