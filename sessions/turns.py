@@ -18,7 +18,7 @@ from runners.relay import RelayError, send_command
 
 from . import runner_events
 from .blobs import BundleMissing
-from .models import Session
+from .models import Item, Response, Session
 
 log = logging.getLogger(__name__)
 
@@ -61,18 +61,27 @@ async def _ensure_open(session: Session, runner: Runner, response_id: str) -> No
     await send_command(channel_name=runner.channel_name, command=command)
 
 
+def _accept_with_command(
+    *, session_id: str, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
+) -> tuple[Item, Response, dict[str, Any]]:
+    """Store the message and its turn, and build its ``turn.start``: one trip to the thread."""
+    item, response = runner_events.accept_message(
+        session_id=session_id, created_by=created_by, data=data, tools=tools
+    )
+    return item, response, runner_events.turn_start_command(response=response)
+
+
 async def submit_message(
     *, session: Session, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """Store the message and its turn, hand the turn to the runner, return the 202 body."""
     runner = _runner_or_503(session)
     session_id = session.id
-    item, response = await sync_to_async(runner_events.accept_message)(
+    item, response, command = await sync_to_async(_accept_with_command)(
         session_id=session_id, created_by=created_by, data=data, tools=tools
     )
     try:
         await _ensure_open(session, runner, response.id)
-        command = await sync_to_async(runner_events.turn_start_command)(response=response)
         await send_command(channel_name=runner.channel_name, command=command)
     except RelayError as exc:
         log.warning("turn %s of %s not delivered: %s", response.id, session_id, exc.message)
