@@ -22,14 +22,31 @@ nothing left to do, because the previous request on the same thread ended with
 ``request_finished``, which already closed what was stale or broken and re-armed
 the health check. So for this handler they run at the end of the request instead,
 in the trip Django makes anyway (see ``move_request_housekeeping_to_end``).
+
+Two things a request may wait on for long must not hold a database connection or
+a thread while they wait: a runner's answer (up to the relay deadline) and, above
+all, a streamed response, which stays open as long as its watcher does. So:
+
+- every sync call of a request ends with ``close_old_connections`` in its thread,
+  as every call of a Channels consumer does. With ``CONN_MAX_AGE=0`` (PostgreSQL
+  behind the psycopg pool) the connection goes back to the pool after each call
+  rather than at the end of the request: otherwise a few dozen open streams
+  would check out the whole pool, and every other request would wait for it and
+  fail. On SQLite, where connections are kept, the check costs microseconds;
+- once a streaming response starts sending, its thread goes back to the pool
+  (``RequestThread.detach``). The stream's later sync calls (a replay, the final
+  ``response.close()``) each borrow a pooled thread for as long as they run, one
+  call at a time. A watcher then costs a socket and its tasks, not a thread.
 """
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import django
 from asgiref.sync import ThreadSensitiveContext
@@ -38,6 +55,9 @@ from django.core import signals
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import close_old_connections, reset_queries
+from django.http import HttpResponseBase
+
+T = TypeVar("T")
 
 
 class RequestThreadPool:
@@ -59,11 +79,7 @@ class RequestThreadPool:
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"django-request-{number}")
 
     def release(self, executor: ThreadPoolExecutor) -> None:
-        """Keep ``executor`` for the next request, or stop it when enough are idle.
-
-        Work still queued on it (a sync call of a request that was cancelled
-        mid-call) simply runs before the next request's, on the same thread.
-        """
+        """Keep ``executor`` for the next request, or stop it when enough are idle."""
         with self._lock:
             if len(self._idle) < self.max_idle:
                 self._idle.append(executor)
@@ -73,6 +89,80 @@ class RequestThreadPool:
     @property
     def idle(self) -> int:
         return len(self._idle)
+
+    @property
+    def created(self) -> int:
+        """Threads started so far (kept or stopped since)."""
+        return self._created
+
+
+def _call_then_tidy(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run one sync call of a request, then close or hand back its stale connections."""
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        close_old_connections()
+
+
+class RequestThread(Executor):
+    """The executor a request's thread-sensitive calls go to.
+
+    It leases a thread from the pool on the request's first sync call and keeps
+    it, so all of the request's sync code runs on one thread, as Django expects.
+    The thread goes back to the pool when the request ends (``close``) or when
+    its response starts streaming (``detach``), but never while a call is still
+    running on it: a request cancelled mid-call returns its thread only once that
+    call is over. After ``detach``, each call leases a thread while it runs.
+    """
+
+    def __init__(self, pool: RequestThreadPool) -> None:
+        self._pool = pool
+        self._lock = threading.Lock()
+        self._thread: ThreadPoolExecutor | None = None
+        self._running = 0
+        self._keep = True
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        with self._lock:
+            if self._thread is None:
+                self._thread = self._pool.acquire()
+            thread = self._thread
+            self._running += 1
+        future = thread.submit(_call_then_tidy, fn, *args, **kwargs)
+        future.add_done_callback(self._call_done)
+        return future
+
+    def detach(self) -> None:
+        """Stop keeping a thread between calls (the response is streaming)."""
+        with self._lock:
+            self._keep = False
+            thread = self._take_idle_thread()
+        if thread is not None:
+            self._pool.release(thread)
+
+    close = detach  # the request is over: the same hand-back, for good
+
+    @property
+    def leased(self) -> bool:
+        return self._thread is not None
+
+    def _call_done(self, _future: Future[Any]) -> None:
+        with self._lock:
+            self._running -= 1
+            thread = None if self._keep else self._take_idle_thread()
+        if thread is not None:
+            self._pool.release(thread)
+
+    def _take_idle_thread(self) -> ThreadPoolExecutor | None:
+        if self._running or self._thread is None:
+            return None
+        thread, self._thread = self._thread, None
+        return thread
+
+
+_request_thread: contextvars.ContextVar[RequestThread] = contextvars.ContextVar(
+    "omnigent_request_thread"
+)
 
 
 class PooledThreadsASGIHandler(ASGIHandler):
@@ -85,12 +175,21 @@ class PooledThreadsASGIHandler(ASGIHandler):
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
-        executor = self.threads.acquire()
+        executor = RequestThread(self.threads)
+        token = _request_thread.set(executor)
         try:
             async with ThreadSensitiveContext(executor=executor):
                 await self.handle(scope, receive, send)
         finally:
-            self.threads.release(executor)
+            _request_thread.reset(token)
+            executor.close()
+
+    async def send_response(self, response: HttpResponseBase, send: Any) -> None:
+        if response.streaming:
+            request_thread = _request_thread.get(None)
+            if request_thread is not None:
+                request_thread.detach()
+        await super().send_response(response, send)
 
 
 def move_request_housekeeping_to_end() -> None:

@@ -16,8 +16,9 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from omnigent_site.asgi import application
+from omnigent_site.asgi import application, django_asgi_app
 from omnigent_site.authentication import get_or_create_user
+from omnigent_site.handler import RequestThreadPool
 from sessions import stream as stream_module
 from sessions.eventlog import record_event, session_group
 from sessions.models import SessionEvent
@@ -150,3 +151,43 @@ async def test_a_long_stream_joins_its_group_again_before_the_membership_expires
     while b"event: test.event" not in received:
         received += await call.next_body()
     await call.disconnect()
+
+
+async def test_an_open_stream_gives_its_thread_back_to_the_pool(
+    make_bundle: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A watcher costs a socket and a task, not a request thread, for as long as it stays."""
+    pool = RequestThreadPool(max_idle=4)
+    monkeypatch.setattr(django_asgi_app.application, "threads", pool)
+    session_id = await database_sync_to_async(_session)(make_bundle)
+
+    # From event 0: the first event arrives whether it is stored before or after the
+    # stream has read the log.
+    call = StreamCall(session_id, headers=[(b"last-event-id", b"0")])
+    assert (await call.start())["status"] == 200
+    assert b"event: session.heartbeat" in await call.next_body()
+    await database_sync_to_async(_record)(session_id, 1)
+    assert b"event: test.event" in await call.next_body()
+    # The view's thread (authentication, the session lookup) and the one the
+    # stream borrowed to read the log's bounds are one and the same, idle again.
+    assert pool.idle == 1
+
+    # Another request runs on that very thread while the stream stays open.
+    sent: list[dict[str, Any]] = []
+    incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    incoming.put_nowait({"type": "http.request", "body": b"", "more_body": False})
+    scope = http_scope(
+        f"/v1/sessions/{session_id}", headers=[(b"x-forwarded-email", b"alice@example.com")]
+    )
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await asyncio.wait_for(application(scope, incoming.get, send), timeout=10)
+    assert sent[0]["status"] == 200
+    await database_sync_to_async(_record)(session_id, 1)
+    assert b"event: test.event" in await call.next_body()
+
+    await call.disconnect()
+    assert pool.idle == 1
+    assert pool.created == 1

@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
+from typing import Any
 
+import pytest
 from django.core import signals
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import close_old_connections, reset_queries
 
+from omnigent_site import handler as handler_module
 from omnigent_site.handler import (
     PooledThreadsASGIHandler,
+    RequestThread,
     RequestThreadPool,
     move_request_housekeeping_to_end,
 )
@@ -55,18 +60,102 @@ def test_threads_beyond_the_idle_limit_are_stopped() -> None:
     assert pool.acquire() is kept
 
 
-def test_work_left_by_a_cancelled_request_runs_before_the_next_request_on_that_thread() -> None:
+def recording_tidy(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """Replace the end-of-call tidy with a recorder of (what ran, in which thread)."""
+    log: list[tuple[str, int]] = []
+    monkeypatch.setattr(
+        handler_module, "close_old_connections", lambda: log.append(("tidy", threading.get_ident()))
+    )
+    return log
+
+
+def test_a_request_keeps_one_thread_for_all_its_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    recording_tidy(monkeypatch)
+    pool = RequestThreadPool(max_idle=2)
+    request = RequestThread(pool)
+    assert not request.leased
+    idents = {request.submit(threading.get_ident).result(timeout=10) for _ in range(3)}
+    assert len(idents) == 1 and threading.get_ident() not in idents
+    assert request.leased and pool.idle == 0
+    request.close()
+    assert not request.leased and pool.idle == 1
+
+
+def test_every_call_ends_with_the_connection_tidy_in_its_own_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = recording_tidy(monkeypatch)
+    request = RequestThread(RequestThreadPool(max_idle=1))
+
+    def work() -> int:
+        log.append(("work", threading.get_ident()))
+        return 7
+
+    def broken() -> None:
+        log.append(("broken", threading.get_ident()))
+        raise RuntimeError("database went away")
+
+    assert request.submit(work).result(timeout=10) == 7
+    with pytest.raises(RuntimeError):
+        request.submit(broken).result(timeout=10)
+    request.close()
+    assert [what for what, _ in log] == ["work", "tidy", "broken", "tidy"]
+    assert len({ident for _, ident in log}) == 1
+
+
+def test_a_cancelled_request_returns_its_thread_only_when_its_call_is_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recording_tidy(monkeypatch)
     pool = RequestThreadPool(max_idle=1)
-    executor = pool.acquire()
+    request = RequestThread(pool)
     gate = threading.Event()
-    order: list[str] = []
-    executor.submit(lambda: (gate.wait(10), order.append("left over")))
-    pool.release(executor)
-    reused = pool.acquire()
-    future = reused.submit(order.append, "next request")
+    running = request.submit(gate.wait, 10)
+    request.close()  # the request was cancelled; its call is still running
+    assert pool.idle == 0
     gate.set()
-    future.result(timeout=10)
-    assert order == ["left over", "next request"]
+    handed_back(running)
+    assert pool.idle == 1 and not request.leased
+
+
+def test_after_detach_each_call_borrows_a_thread_while_it_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recording_tidy(monkeypatch)
+    pool = RequestThreadPool(max_idle=4)
+    request = RequestThread(pool)
+    request.submit(threading.get_ident).result(timeout=10)
+    request.detach()
+    assert pool.idle == 1 and not request.leased
+
+    # Another request may now use that thread while the streaming one waits.
+    other = RequestThread(pool)
+    other_ident = other.submit(threading.get_ident).result(timeout=10)
+    gate = threading.Event()
+    other_busy = other.submit(gate.wait, 10)
+    # The streaming request's next call gets a thread of its own meanwhile; calls
+    # that overlap stay on one thread, one after another.
+    first = request.submit(lambda: (gate.wait(10), threading.get_ident())[1])
+    second = request.submit(threading.get_ident)
+    assert request.leased
+    gate.set()
+    assert first.result(timeout=10) == second.result(timeout=10) != other_ident
+    handed_back(second)
+    assert not request.leased
+    handed_back(other_busy)
+    other.close()
+    assert pool.idle == 2
+
+
+def handed_back(future: Future[Any]) -> None:
+    """Wait until the thread of ``future``'s call has been dealt with.
+
+    A future's callbacks run in the order they were added, and ``submit`` adds
+    the hand-back first, so a callback added here runs after it.
+    """
+    done = threading.Event()
+    future.add_done_callback(lambda _: done.set())
+    assert done.wait(10)
 
 
 def receivers(signal: signals.Signal, sender: type) -> list[object]:
