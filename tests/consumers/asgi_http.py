@@ -1,7 +1,8 @@
-"""An HTTP request's ASGI scope, for tests that drive ``omnigent_site.asgi.application``."""
+"""ASGI HTTP requests, for tests that drive ``omnigent_site.asgi.application``."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 
@@ -23,3 +24,20 @@ def http_scope(
         "client": ("127.0.0.1", 50000),
         "server": ("testserver", 80),
     }
+
+
+async def asgi_get(
+    application: Any, path: str, *, headers: list[tuple[bytes, bytes]] | None = None
+) -> tuple[int, bytes]:
+    """One complete GET through ``application``; returns the status and the body."""
+    sent: list[dict[str, Any]] = []
+    incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    incoming.put_nowait({"type": "http.request", "body": b"", "more_body": False})
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await asyncio.wait_for(application(http_scope(path, headers=headers), incoming.get, send), 30)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, body

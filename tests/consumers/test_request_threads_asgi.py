@@ -17,24 +17,13 @@ from django.db import connection
 from omnigent_site.asgi import application
 from omnigent_site.handler import PooledThreadsASGIHandler
 
-from .asgi_http import http_scope
+from .asgi_http import asgi_get
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.django_db(transaction=True)]
 
 
 async def get(path: str) -> tuple[int, bytes]:
-    """One ASGI HTTP GET; returns the status and the body."""
-    sent: list[dict[str, Any]] = []
-    incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    incoming.put_nowait({"type": "http.request", "body": b"", "more_body": False})
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await asyncio.wait_for(application(http_scope(path), incoming.get, send), timeout=30)
-    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return status, body
+    return await asgi_get(application, path)
 
 
 class RequestEnds:

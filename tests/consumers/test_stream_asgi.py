@@ -24,7 +24,7 @@ from sessions.eventlog import record_event, session_group
 from sessions.models import SessionEvent
 from sessions.services import create_session_from_bundle
 
-from .asgi_http import http_scope
+from .asgi_http import asgi_get, http_scope
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.django_db(transaction=True)]
 
@@ -173,18 +173,12 @@ async def test_an_open_stream_gives_its_thread_back_to_the_pool(
     assert pool.idle == 1
 
     # Another request runs on that very thread while the stream stays open.
-    sent: list[dict[str, Any]] = []
-    incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    incoming.put_nowait({"type": "http.request", "body": b"", "more_body": False})
-    scope = http_scope(
-        f"/v1/sessions/{session_id}", headers=[(b"x-forwarded-email", b"alice@example.com")]
+    status, body = await asgi_get(
+        application,
+        f"/v1/sessions/{session_id}",
+        headers=[(b"x-forwarded-email", b"alice@example.com")],
     )
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    await asyncio.wait_for(application(scope, incoming.get, send), timeout=10)
-    assert sent[0]["status"] == 200
+    assert status == 200, body
     await database_sync_to_async(_record)(session_id, 1)
     assert b"event: test.event" in await call.next_body()
 
