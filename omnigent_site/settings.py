@@ -116,7 +116,7 @@ DATABASES = {
         _database_url,
         # Request threads are pooled (omnigent_site/handler.py), so a kept connection is
         # used again by later requests. SQLite keeps its connections by default; a
-        # PostgreSQL connection goes back to the pool below at the end of each request.
+        # PostgreSQL connection goes back to the pool below after each database call.
         conn_max_age=env_int(
             "DATABASE_CONN_MAX_AGE", 300 if _database_url.startswith("sqlite") else 0
         ),

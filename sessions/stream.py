@@ -146,34 +146,7 @@ class SessionStream:
                 while not inbox.empty():
                     batch.append(inbox.get_nowait())
                 chunks: list[bytes] = []
-                ended = False
-                for message in batch:
-                    kind = message.get("type")
-                    if kind in ("session.end", "server.stop"):
-                        chunks.append(DONE)
-                        ended = True
-                        break
-                    if kind == "stream.heartbeat":
-                        if len(batch) == 1:
-                            chunks.append(
-                                frame({"type": "session.heartbeat", "session_id": self.session_id})
-                            )
-                        continue
-                    if kind != "session.events":
-                        continue
-                    for seq, rendered in message["events"]:
-                        if seq <= self.last:
-                            continue
-                        if seq > self.last + 1:
-                            async for chunk in self._fill(upto=seq - 1):
-                                chunks.append(chunk)
-                        chunks.append(self._emit(rendered.encode("utf-8"), seq))
-                        if self._lagging():
-                            chunks.append(self._overflow())
-                            ended = True
-                            break
-                    if ended:
-                        break
+                ended = await self._render(batch, chunks)
                 if chunks:
                     yield b"".join(chunks)
                 if ended:
@@ -188,6 +161,33 @@ class SessionStream:
                 await asyncio.shield(layer.group_discard(group, channel))
             except Exception:  # noqa: BLE001 - the group entry expires on its own
                 log.debug("could not leave %s", group, exc_info=True)
+
+    async def _render(self, batch: list[dict[str, Any]], chunks: list[bytes]) -> bool:
+        """Append the frames for ``batch`` to ``chunks``; True when the stream must end."""
+        for message in batch:
+            kind = message.get("type")
+            if kind in ("session.end", "server.stop"):
+                chunks.append(DONE)
+                return True
+            if kind == "stream.heartbeat" and len(batch) == 1:
+                chunks.append(frame({"type": "session.heartbeat", "session_id": self.session_id}))
+            elif kind == "session.events" and await self._render_events(message["events"], chunks):
+                return True
+        return False
+
+    async def _render_events(self, events: list[list[Any]], chunks: list[bytes]) -> bool:
+        """Live events, deduplicated, with any gap filled from the log first."""
+        for seq, rendered in events:
+            if seq <= self.last:
+                continue
+            if seq > self.last + 1:
+                async for chunk in self._fill(upto=seq - 1):
+                    chunks.append(chunk)
+            chunks.append(self._emit(rendered.encode("utf-8"), seq))
+            if self._lagging():
+                chunks.append(self._overflow())
+                return True
+        return False
 
     async def _replay(self, bounds: tuple[int, int | None]) -> AsyncIterator[bytes]:
         last, first = bounds
