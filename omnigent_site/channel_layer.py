@@ -1,20 +1,53 @@
-"""The embedded deployment's channel layer: Channels' in-memory layer, made to scale
-with the number of channels.
+"""The project's channel layers: the embedded one (one process) and the scale-out one
+(Redis), both with one receive prefix per process.
 
-The stock ``InMemoryChannelLayer`` sweeps every channel and every group for expired
-entries on *every* ``receive``. With one channel per stream subscriber and per
-waiting request, a busy session's fan-out then costs O(subscribers²) per event;
-profiling the stream benchmark showed a third of the server's time there. Sweeping
-at most once a second keeps the same expiry rules (an expired message lives at most
-a second longer) at a constant cost per message.
+**One receive prefix.** channels-redis serves every ``receive()`` of a process through
+one lock: whoever holds it waits (``BZPOPMIN``) on the Redis key of *its own* channel
+prefix and hands what arrives to the local waiters. A waiter on another prefix is not
+woken until something arrives on the holder's prefix, so a stream channel created with
+``new_channel("stream.")`` could wait forever behind a consumer's ``new_channel()``.
+With a single prefix every message of the process lands on the one key the holder
+waits on, and nobody starves. Both layers therefore refuse any prefix but the default,
+so a new call site that passes one fails in the first test instead of starving in
+production.
+
+**Timeouts.** The Redis layer blocks ``BZPOPMIN`` for ``brpop_timeout`` (5 s) on the
+server side. redis-py's default socket timeout is also 5 s, so an idle channel's read
+times out on the client before Redis answers and the receive raises
+``redis.exceptions.TimeoutError``: a tunnel with no traffic for 5 s closed with 1011.
+The scale-out layer refuses a socket timeout that is not longer than the block, and the
+settings give it one (``OMNIGENT_REDIS_SOCKET_TIMEOUT_S``) that still bounds a read on a
+dead connection.
+
+**Embedded sweeps.** The stock ``InMemoryChannelLayer`` sweeps every channel and every
+group for expired entries on *every* ``receive``. With one channel per stream
+subscriber and per waiting request, a busy session's fan-out then costs
+O(subscribers²) per event; profiling the stream benchmark showed a third of the
+server's time there. Sweeping at most once a second keeps the same expiry rules (an
+expired message lives at most a second longer) at a constant cost per message.
 """
 
 from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from channels.layers import InMemoryChannelLayer
+from channels_redis.core import RedisChannelLayer
+from django.core.exceptions import ImproperlyConfigured
+
+# The prefix of every channel a process receives on (Channels' own default).
+RECEIVE_PREFIX = "specific"
+
+
+def _check_prefix(prefix: str) -> None:
+    if prefix.rstrip(".") != RECEIVE_PREFIX:
+        raise ValueError(
+            f"new_channel({prefix!r}): this project receives on one channel prefix per "
+            "process; with channels-redis a second prefix starves behind the first "
+            "(call new_channel() without a prefix)"
+        )
 
 
 class EmbeddedChannelLayer(InMemoryChannelLayer):
@@ -24,9 +57,48 @@ class EmbeddedChannelLayer(InMemoryChannelLayer):
         super().__init__(*args, **kwargs)
         self._next_sweep = 0.0
 
+    async def new_channel(self, prefix: str = RECEIVE_PREFIX) -> str:
+        _check_prefix(prefix)
+        return await super().new_channel(prefix=RECEIVE_PREFIX)
+
     def _clean_expired(self) -> None:
         now = time.monotonic()
         if now < self._next_sweep:
             return
         self._next_sweep = now + self.sweep_interval_s
         super()._clean_expired()
+
+
+def _socket_timeout(host: dict[str, Any]) -> float | None:
+    """The read timeout a host entry gives its connections (a URL's query wins, as in
+    redis-py's ``from_url``); redis-py's default when neither sets one."""
+    query = parse_qs(urlsplit(str(host.get("address", ""))).query)
+    if "socket_timeout" in query:
+        return float(query["socket_timeout"][-1])
+    if "socket_timeout" in host:
+        value = host["socket_timeout"]
+        return None if value is None else float(value)
+    from redis.asyncio.connection import Connection
+
+    default = Connection().socket_timeout
+    return None if default is None else float(default)
+
+
+class ScaleOutChannelLayer(RedisChannelLayer):
+    """channels-redis' layer with one receive prefix and a socket timeout that outlasts
+    the blocking receive."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for host in self.hosts:
+            timeout = _socket_timeout(host)
+            if timeout is not None and timeout <= self.brpop_timeout:
+                raise ImproperlyConfigured(
+                    f"Redis socket_timeout {timeout:g} s must be longer than the channel "
+                    f"layer's blocking receive ({self.brpop_timeout:g} s), or an idle "
+                    "receive times out; set OMNIGENT_REDIS_SOCKET_TIMEOUT_S higher"
+                )
+
+    async def new_channel(self, prefix: str = RECEIVE_PREFIX) -> str:
+        _check_prefix(prefix)
+        return await super().new_channel(prefix=RECEIVE_PREFIX)

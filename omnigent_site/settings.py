@@ -11,6 +11,7 @@ import ipaddress
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -152,19 +153,32 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_boo
         "timeout": env_float("DATABASE_POOL_TIMEOUT_S", 10.0),
     }
 
+
+def scale_out_channel_layer(url: str) -> dict[str, Any]:
+    """The Redis channel layer (docs/deployment.md, "Channel layer"): a read timeout
+    that outlasts the layer's 5 s blocking receive (redis-py's default is 5 s too), yet
+    still bounds a read on a dead connection."""
+    return {
+        "BACKEND": "omnigent_site.channel_layer.ScaleOutChannelLayer",
+        "CONFIG": {
+            "hosts": [
+                {
+                    "address": url,
+                    "socket_timeout": env_float("OMNIGENT_REDIS_SOCKET_TIMEOUT_S", 15.0),
+                    "socket_connect_timeout": env_float("OMNIGENT_REDIS_CONNECT_TIMEOUT_S", 5.0),
+                    "socket_keepalive": True,
+                }
+            ],
+            "prefix": os.environ.get("OMNIGENT_CHANNEL_PREFIX", "omnigent"),
+            "capacity": 1000,
+            "expiry": 60,
+        },
+    }
+
+
 REDIS_URL = os.environ.get("REDIS_URL", "").strip()
 if REDIS_URL:
-    CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {
-                "hosts": [REDIS_URL],
-                "prefix": os.environ.get("OMNIGENT_CHANNEL_PREFIX", "omnigent"),
-                "capacity": 1000,
-                "expiry": 60,
-            },
-        }
-    }
+    CHANNEL_LAYERS = {"default": scale_out_channel_layer(REDIS_URL)}
 else:
     CHANNEL_LAYERS = {
         "default": {

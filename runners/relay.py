@@ -41,7 +41,7 @@ async def send_command(
     deadline = settings.OMNIGENT_RELAY_TIMEOUT_S if timeout is None else timeout
     layer = get_channel_layer()
     assert layer is not None, "CHANNEL_LAYERS is configured in settings"
-    reply_channel = await layer.new_channel("relay.")
+    reply_channel = await layer.new_channel()
     try:
         async with asyncio.timeout(deadline):
             await layer.send(

@@ -110,7 +110,7 @@ class SessionStream:
     async def __aiter__(self) -> AsyncIterator[bytes]:
         layer = get_channel_layer()
         assert layer is not None, "CHANNEL_LAYERS is configured in settings"
-        channel = await layer.new_channel("stream.")
+        channel = await layer.new_channel()
         group = session_group(self.session_id)
         await layer.group_add(group, channel)
         self.watch.start()
