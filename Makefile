@@ -37,7 +37,9 @@ demo: bootstrap
 bench: bootstrap
 	$(BIN)/python bench/relay.py
 	$(BIN)/python bench/turn.py
+	$(BIN)/python bench/turn.py --scale-out --turns 20
 	$(BIN)/python bench/stream.py
+	$(BIN)/python bench/channel_layers.py
 
 lint: bootstrap
 	$(BIN)/ruff format --check .

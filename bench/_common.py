@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import os
 import secrets
 import signal
@@ -30,6 +29,7 @@ import httpx  # noqa: E402
 from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
+from bench._stats import fmt, summary_ms  # noqa: E402, F401 - re-exported
 from sessions.bundles import build_bundle  # noqa: E402
 from tests.e2e.harness import (  # noqa: E402
     Server,
@@ -206,43 +206,6 @@ def cpu_seconds(pid: int) -> float:
 
 def mib(value: int | float) -> float:
     return round(value / MIB, 2)
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not sorted_values:
-        return math.nan
-    pos = (len(sorted_values) - 1) * q
-    low, high = math.floor(pos), math.ceil(pos)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (pos - low)
-
-
-def summary_ms(samples_s: list[float]) -> dict[str, float | int]:
-    """p50/p95/p99/mean/min/max in milliseconds of samples given in seconds."""
-    values = sorted(samples_s)
-    if not values:
-        return {"n": 0}
-    return {
-        "n": len(values),
-        "p50_ms": round(percentile(values, 0.50) * 1000, 3),
-        "p95_ms": round(percentile(values, 0.95) * 1000, 3),
-        "p99_ms": round(percentile(values, 0.99) * 1000, 3),
-        "mean_ms": round(sum(values) / len(values) * 1000, 3),
-        "min_ms": round(values[0] * 1000, 3),
-        "max_ms": round(values[-1] * 1000, 3),
-    }
-
-
-def fmt(stats: dict[str, Any]) -> str:
-    if not stats.get("n"):
-        return "no samples"
-    return (
-        f"n={stats['n']}  p50={stats['p50_ms']:.2f} ms  p95={stats['p95_ms']:.2f} ms  "
-        f"mean={stats['mean_ms']:.2f} ms  max={stats['max_ms']:.2f} ms"
-    )
 
 
 def final_json(payload: dict[str, Any]) -> None:

@@ -11,7 +11,12 @@ mock is scripted for that token, so concurrent sessions never take each other's 
    round posts one message to every session at once and waits for all of them to
    complete; turns/s = measured turns / wall time of the measured rounds.
 
-Run: ``.venv/bin/python bench/turn.py [--turns 50] [--sessions 20] [--rounds 5]``.
+With ``--scale-out`` the same runs on two daphne processes on PostgreSQL + Redis: the
+runner's tunnel on A, session i's messages posted through process i mod 2 and its
+stream read from the other one, so every turn crosses the channel layer both ways.
+
+Run: ``.venv/bin/python bench/turn.py [--turns 50] [--sessions 20] [--rounds 5]
+[--scale-out]``.
 The last line printed is JSON with every number.
 """
 
@@ -48,6 +53,7 @@ from bench._common import (  # noqa: E402
     sigterm_as_interrupt,
     single_server,
     summary_ms,
+    two_servers,
     wait_runner_online,
     within,
 )
@@ -134,21 +140,34 @@ async def subscribe(
 
 
 async def run(
-    server: Server, runner_id: str, mock: MockLLMServer, args: argparse.Namespace
+    servers: tuple[Server, Server], runner_id: str, mock: MockLLMServer, args: argparse.Namespace
 ) -> dict[str, Any]:
+    """``servers``: the process holding the tunnel, then the other one (the same one
+    twice in the single-process mode). Session i posts through ``servers[i % 2]`` and
+    streams from the other; the latency session posts through ``servers[1]``."""
     tracker = TurnTracker()
     bundle = agent_bundle(os_env=True)
     result: dict[str, Any] = {}
     subscribers: list[SSESubscriber] = []
-    async with (
-        async_client(server.url, connections=args.sessions + 5, timeout=60) as client,
-        async_client(server.url, connections=args.sessions + 5, timeout=60) as streams,
-    ):
+    async with contextlib.AsyncExitStack() as clients:
+        posting = [
+            await clients.enter_async_context(
+                async_client(server.url, connections=args.sessions + 5, timeout=60)
+            )
+            for server in servers
+        ]
+        reading = [
+            await clients.enter_async_context(
+                async_client(server.url, connections=args.sessions + 5, timeout=60)
+            )
+            for server in servers
+        ]
+        client = posting[1]
         try:
             # --- 1. sequential latency on one session
             session_id = await create_session(client, bundle, "bench-latency")
             await bind(client, session_id, runner_id)
-            subscribers += await subscribe(streams, [session_id], tracker)
+            subscribers += await subscribe(reading[0], [session_id], tracker)
             accept, total = [], []
             for i in range(args.warmup + args.turns):
                 to_202, to_done = await one_turn(
@@ -176,14 +195,18 @@ async def run(
             )
             for sid in sessions:
                 await bind(client, sid, runner_id)
-            subscribers += await subscribe(streams, sessions, tracker)
+            for parity in (0, 1):
+                subscribers += await subscribe(reading[1 - parity], sessions[parity::2], tracker)
             concurrent: list[float] = []
             started = time.perf_counter()
             for r in range(args.warmup_rounds + args.rounds):
                 if r == args.warmup_rounds:
                     started = time.perf_counter()
                 outcomes = await asyncio.gather(
-                    *(one_turn(client, tracker, mock, sid, args.turn_deadline) for sid in sessions)
+                    *(
+                        one_turn(posting[i % 2], tracker, mock, sid, args.turn_deadline)
+                        for i, sid in enumerate(sessions)
+                    )
                 )
                 if r >= args.warmup_rounds:
                     concurrent.extend(done for _to_202, done in outcomes)
@@ -226,6 +249,11 @@ def main() -> int:
         "--turn-deadline", type=float, default=60.0, help="seconds one turn may take"
     )
     parser.add_argument(
+        "--scale-out",
+        action="store_true",
+        help="two daphne processes on PostgreSQL + Redis (runner on A, clients on both)",
+    )
+    parser.add_argument(
         "--django-debug", action="store_true", help="run the server with DJANGO_DEBUG=1"
     )
     parser.add_argument(
@@ -234,13 +262,23 @@ def main() -> int:
     args = parser.parse_args()
     sigterm_as_interrupt()
 
-    result: dict[str, Any] = {"bench": "turn", **env_summary(), "django_debug": args.django_debug}
+    result: dict[str, Any] = {
+        "bench": "turn",
+        **env_summary(),
+        "django_debug": args.django_debug,
+        "mode": "scale-out (PostgreSQL + Redis, two processes)" if args.scale_out else "single",
+    }
     with contextlib.ExitStack() as stack:
         tmp = log_dir(stack, args.keep_logs)
         mock = MockLLMServer()
         mock.start()
         stack.callback(mock.stop)
-        server = single_server(stack, tmp, debug=args.django_debug, name="daphne")
+        if args.scale_out:
+            servers = two_servers(stack, tmp, debug=args.django_debug)
+        else:
+            single = single_server(stack, tmp, debug=args.django_debug, name="daphne")
+            servers = (single, single)
+        server = servers[0]
         runner_id, token = register_runner(server, user=USER, name="bench-runner")
         workspace = tmp / "workspace"
         workspace.mkdir()
@@ -260,7 +298,7 @@ def main() -> int:
             f"== latency: {args.turns} sequential turns on one session (1 tool call + text each)",
             flush=True,
         )
-        result.update(asyncio.run(run(server, runner_id, mock, args)))
+        result.update(asyncio.run(run(servers, runner_id, mock, args)))
         written = len(list((workspace / "out").glob("*.txt")))
         result["files_written"] = written
         expected = args.warmup + args.turns + (args.warmup_rounds + args.rounds) * args.sessions
