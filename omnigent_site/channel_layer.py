@@ -19,6 +19,14 @@ The scale-out layer refuses a socket timeout that is not longer than the block, 
 settings give it one (``OMNIGENT_REDIS_SOCKET_TIMEOUT_S``) that still bounds a read on a
 dead connection.
 
+**Orphaned buffers.** The process that holds the receive lock moves each message it
+pops into a local buffer for the message's channel. A message for a channel nobody
+waits on any more (a runner's reply after the relay's deadline, a group event that
+reached a stream after it closed) created a buffer that nothing ever read: one entry
+per late message, for the life of the process. The scale-out layer drops a buffer that
+has had no receiver for a whole expiry period, the same 60 s after which Redis drops a
+message that was never received.
+
 **Embedded sweeps.** The stock ``InMemoryChannelLayer`` sweeps every channel and every
 group for expired entries on *every* ``receive``. With one channel per stream
 subscriber and per waiting request, a busy session's fan-out then costs
@@ -30,6 +38,7 @@ expired message lives at most a second longer) at a constant cost per message.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -85,11 +94,16 @@ def _socket_timeout(host: dict[str, Any]) -> float | None:
 
 
 class ScaleOutChannelLayer(RedisChannelLayer):
-    """channels-redis' layer with one receive prefix and a socket timeout that outlasts
-    the blocking receive."""
+    """channels-redis' layer with one receive prefix, a socket timeout that outlasts the
+    blocking receive, and no buffers left behind for channels nobody receives on."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._receivers: Counter[str] = Counter()
+        self._last_receive: dict[str, float] = {}
+        self._never_received: set[str] = set()
+        self._clock = time.monotonic  # replaced by tests
+        self._next_buffer_sweep = self._clock() + self.expiry
         for host in self.hosts:
             timeout = _socket_timeout(host)
             if timeout is not None and timeout <= self.brpop_timeout:
@@ -102,3 +116,43 @@ class ScaleOutChannelLayer(RedisChannelLayer):
     async def new_channel(self, prefix: str = RECEIVE_PREFIX) -> str:
         _check_prefix(prefix)
         return await super().new_channel(prefix=RECEIVE_PREFIX)
+
+    async def receive(self, channel: str) -> dict[str, Any]:
+        self._receivers[channel] += 1
+        self._last_receive[channel] = self._clock()
+        try:
+            return await super().receive(channel)
+        finally:
+            self._receivers[channel] -= 1
+            if not self._receivers[channel]:
+                del self._receivers[channel]
+            self._last_receive[channel] = self._clock()
+            self._drop_orphaned_buffers()
+
+    def _drop_orphaned_buffers(self) -> None:
+        """Once per expiry period, drop the buffers of channels with no receive for a
+        whole period (a consumer between two receives is busy for far less), and of
+        channels never received on that were already buffered at the last sweep. Runs
+        without an await, so no receive can start or buffer a message in between; a
+        receive that starts later gets a new buffer."""
+        now = self._clock()
+        if now < self._next_buffer_sweep:
+            return
+        self._next_buffer_sweep = now + self.expiry
+        stale = now - self.expiry
+        never_received: set[str] = set()
+        for channel in list(self.receive_buffer):
+            if channel in self._receivers:
+                continue
+            last = self._last_receive.get(channel)
+            if last is None:
+                never_received.add(channel)
+                if channel not in self._never_received:
+                    continue
+            elif last > stale:
+                continue
+            del self.receive_buffer[channel]
+        self._never_received = never_received - self._never_received
+        for channel, last in list(self._last_receive.items()):
+            if last <= stale and channel not in self._receivers:
+                del self._last_receive[channel]

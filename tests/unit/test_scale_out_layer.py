@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from channels_redis.core import RedisChannelLayer
@@ -146,3 +147,75 @@ async def test_guard_stock_layer_still_starves_a_second_prefix() -> None:
         assert (await holder)["type"] == "unblock"
         assert (await starved)["type"] == "stuck"
     await stock.flush()
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _buffered(layer: ScaleOutChannelLayer, channel: str) -> None:
+    """Wait until the lock holder has moved a message for ``channel`` into its buffer."""
+    async with asyncio.timeout(5):
+        while channel not in layer.receive_buffer:  # noqa: ASYNC110 - the library has no event for it
+            await asyncio.sleep(0.01)
+
+
+async def _sweep(layer: ScaleOutChannelLayer, keeper: str) -> asyncio.Task[Any]:
+    """Complete one receive (which sweeps when due) and start the next one."""
+    await layer.send(keeper, {"type": "tick"})
+    async with asyncio.timeout(5):
+        assert (await layer.receive(keeper))["type"] == "tick"
+    return asyncio.ensure_future(layer.receive(keeper))
+
+
+async def test_buffers_of_channels_nobody_receives_on_are_dropped_after_an_expiry(
+    layer: ScaleOutChannelLayer,
+) -> None:
+    clock = FakeClock()
+    layer._clock = clock
+    layer._next_buffer_sweep = layer.expiry
+    keeper = await layer.new_channel()
+    holding = asyncio.ensure_future(layer.receive(keeper))  # holds the receive lock
+
+    # Replies that reach their relay after its deadline: one buffer each, never read.
+    late = []
+    for index in range(5):
+        reply = await layer.new_channel()
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.05):
+                await layer.receive(reply)
+        await layer.send(reply, {"type": "late", "n": index})
+        await _buffered(layer, reply)
+        late.append(reply)
+
+    # A consumer busy between two receives, with a message waiting for it.
+    busy = await layer.new_channel()
+    clock.now = 50.0
+    await layer.send(busy, {"type": "first"})
+    async with asyncio.timeout(5):
+        assert (await layer.receive(busy))["type"] == "first"
+    await layer.send(busy, {"type": "second"})
+    await _buffered(layer, busy)
+    # A message for a channel that was never received on yet.
+    fresh = await layer.new_channel()
+    await layer.send(fresh, {"type": "early"})
+    await _buffered(layer, fresh)
+
+    holding.cancel()
+    clock.now = 61.0
+    holding = await _sweep(layer, keeper)
+    assert not set(late) & set(layer.receive_buffer)
+    assert busy in layer.receive_buffer and fresh in layer.receive_buffer
+    async with asyncio.timeout(5):
+        assert (await layer.receive(busy))["type"] == "second"
+
+    holding.cancel()
+    clock.now = 122.0
+    holding = await _sweep(layer, keeper)
+    assert fresh not in layer.receive_buffer
+    holding.cancel()
+    assert set(layer._last_receive) <= {keeper, busy}
