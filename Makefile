@@ -44,4 +44,4 @@ bench: bootstrap
 lint: bootstrap
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy omnigent_site sessions runners workspaces scripts
+	$(BIN)/mypy omnigent_site sessions runners workspaces scripts testing

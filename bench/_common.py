@@ -17,7 +17,7 @@ import sys
 import tempfile
 import time
 import timeit
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,22 +31,20 @@ from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 from bench._stats import fmt, summary_ms  # noqa: E402, F401 - re-exported
 from sessions.bundles import build_bundle  # noqa: E402
-from tests.e2e.harness import (  # noqa: E402
+from testing.processes import (  # noqa: E402
+    REDIS_URL,
     Server,
     base_env,
-    free_port,
     migrate,
-    spawn,
-    wait_until,
+    postgres_database,
+    start_server,
 )
+from testing.processes import wait_runner_online as wait_owned_runner_online  # noqa: E402
 
 USER = "bench@example.com"
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
-REDIS_URL = "redis://127.0.0.1:6379/0"
 TOKEN_HEADER = "X-Omnigent-Runner-Tunnel-Token"
 MAX_FRAME = 16 * 1024 * 1024
 MIB = 1024 * 1024
-START_DEADLINE_S = 60.0
 COMMAND_TYPES = {"session.open", "turn.start", "tool_result", "turn.interrupt", "session.close"}
 
 
@@ -109,23 +107,7 @@ def start_daphne(
     Its stdout (daphne's per-request access log included) and stderr go to
     ``<tmp>/<name>.log``, never to the terminal.
     """
-    port = free_port()
-    process = spawn(
-        name,
-        [sys.executable, "-m", "omnigent_site.serve", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        log_dir=tmp,
-    )
-    stack.callback(process.stop)
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        if process.popen.poll() is not None:
-            raise RuntimeError(f"{name} exited: {process.log()[-2000:]}")
-        return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
-
-    wait_until(healthy, deadline_s=START_DEADLINE_S, what=f"{name} to answer /health")
-    return Server(url=url, process=process, env=env)
+    return start_server(env=env, log_dir=tmp, name=name, stack=stack)
 
 
 def single_server(stack: contextlib.ExitStack, tmp: Path, *, debug: bool, name: str) -> Server:
@@ -133,21 +115,6 @@ def single_server(stack: contextlib.ExitStack, tmp: Path, *, debug: bool, name: 
     env = sqlite_env(tmp, debug=debug, name=name)
     migrate(env, tmp)
     return start_daphne(stack, env=env, tmp=tmp, name=name)
-
-
-@contextlib.contextmanager
-def postgres_database() -> Iterator[str]:
-    """A fresh PostgreSQL database, dropped (connections forced off) afterwards."""
-    import psycopg
-
-    name = f"omnigent_bench_{secrets.token_hex(4)}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=10) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgres://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=10) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def drop_redis_prefix(prefix: str) -> None:
@@ -165,7 +132,7 @@ def drop_redis_prefix(prefix: str) -> None:
 
 def two_servers(stack: contextlib.ExitStack, tmp: Path, *, debug: bool) -> tuple[Server, Server]:
     """Two daphne processes on one new PostgreSQL database and one Redis."""
-    pg_url = stack.enter_context(postgres_database())
+    pg_url = stack.enter_context(postgres_database("omnigent_bench_"))
     prefix = f"omnigent-bench-{secrets.token_hex(4)}"
     stack.callback(drop_redis_prefix, prefix)
     env = common_env(tmp, debug=debug, DATABASE_URL=pg_url, REDIS_URL=REDIS_URL)
@@ -180,14 +147,7 @@ def wait_runner_online(
     server: Server, runner_id: str, process: Any, deadline_s: float = 60.0
 ) -> None:
     """Poll the runner's status as :data:`USER` (its owner) until it reads online."""
-    with server.client(USER) as client:
-
-        def online() -> bool:
-            if process.popen.poll() is not None:
-                raise RuntimeError(f"runner exited: {process.log()[-2000:]}")
-            return client.get(f"/v1/runners/{runner_id}/status").json().get("online") is True
-
-        wait_until(online, deadline_s=deadline_s, what=f"runner {runner_id} to be online")
+    wait_owned_runner_online(server, runner_id, process=process, user=USER, deadline_s=deadline_s)
 
 
 def rss_bytes(pid: int) -> int:

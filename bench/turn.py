@@ -57,8 +57,8 @@ from bench._common import (  # noqa: E402
     wait_runner_online,
     within,
 )
-from runners.mockllm import MockLLMServer  # noqa: E402
-from tests.e2e.harness import base_env, register_runner, spawn  # noqa: E402
+from testing.mockllm import MockLLMServer  # noqa: E402
+from testing.processes import base_env, register_runner, spawn  # noqa: E402
 
 TURN_END = ("response.completed", "response.failed", "response.cancelled")
 

@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from runners.identity import derive_runner_id, new_binding_token  # noqa: E402
-from runners.mockllm import MockLLMServer  # noqa: E402
 from sessions.bundles import build_bundle  # noqa: E402
+from testing.mockllm import MockLLMServer  # noqa: E402
 
 DEADLINE_S = 60.0
 

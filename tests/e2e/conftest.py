@@ -8,15 +8,21 @@ from pathlib import Path
 
 import pytest
 
-from runners.mockllm import MockLLMServer
+from testing.mockllm import MockLLMServer
+from testing.processes import (
+    REDIS_URL,
+    Runner,
+    Server,
+    base_env,
+    migrate,
+    postgres_database,
+    register_runner,
+    start_runner,
+    start_server,
+)
 from tests.conftest import require_service
 
-from .harness import Runner, Server, base_env, migrate, register_runner, start_runner, start_server
-
 pytestmark = pytest.mark.e2e
-
-PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
-REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def _dump_logs(request: pytest.FixtureRequest, *processes: object) -> None:
@@ -132,16 +138,8 @@ def runner(server: Server, workspace: Path, launch_runner: Callable[..., Runner]
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database for multi-process tests, dropped afterwards."""
     require_service("PostgreSQL", "127.0.0.1", 5432)
-    import psycopg
-
-    name = f"omnigent_e2e_{secrets.token_hex(4)}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"postgres://postgres@127.0.0.1:5432/{name}"
-    finally:
-        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with postgres_database("omnigent_e2e_") as url:
+        yield url
 
 
 @pytest.fixture

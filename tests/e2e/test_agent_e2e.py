@@ -16,9 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
-from runners.mockllm import MockLLMServer
-
-from .harness import (
+from testing.mockllm import MockLLMServer
+from testing.processes import (
     Runner,
     Server,
     StreamReader,

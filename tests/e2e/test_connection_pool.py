@@ -16,9 +16,8 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from runners.mockllm import MockLLMServer
-
-from .harness import (
+from testing.mockllm import MockLLMServer
+from testing.processes import (
     Runner,
     Server,
     StreamReader,
@@ -29,6 +28,7 @@ from .harness import (
     wait_turn,
     wait_until,
 )
+
 from .test_tunnel_e2e import WEATHER_TOOL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.timeout(180)]

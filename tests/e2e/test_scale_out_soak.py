@@ -20,10 +20,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runners.mockllm import MockLLMServer
-
-from .balancer import TcpBalancer
-from .harness import (
+from testing.balancer import TcpBalancer
+from testing.mockllm import MockLLMServer
+from testing.processes import (
     Runner,
     Server,
     StreamEvent,
@@ -37,6 +36,7 @@ from .harness import (
     wait_turn,
     wait_until,
 )
+
 from .test_tunnel_e2e import WEATHER_TOOL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

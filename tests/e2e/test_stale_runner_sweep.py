@@ -10,9 +10,16 @@ from collections.abc import Callable
 
 import pytest
 
-from runners.mockllm import MockLLMServer
-
-from .harness import Runner, Server, bind, create_session, send_message, wait_turn, wait_until
+from testing.mockllm import MockLLMServer
+from testing.processes import (
+    Runner,
+    Server,
+    bind,
+    create_session,
+    send_message,
+    wait_turn,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 

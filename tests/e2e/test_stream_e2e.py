@@ -7,9 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from runners.mockllm import MockLLMServer
-
-from .harness import (
+from testing.mockllm import MockLLMServer
+from testing.processes import (
     Runner,
     Server,
     StreamReader,

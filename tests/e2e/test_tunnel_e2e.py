@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from runners.mockllm import MockLLMServer
-
-from .harness import (
+from testing.mockllm import MockLLMServer
+from testing.processes import (
     Runner,
     Server,
     StreamReader,

@@ -10,9 +10,17 @@ from collections.abc import Callable
 
 import pytest
 
-from runners.mockllm import MockLLMServer
+from testing.mockllm import MockLLMServer
+from testing.processes import (
+    Runner,
+    Server,
+    bind,
+    create_session,
+    send_message,
+    wait_turn,
+    wait_until,
+)
 
-from .harness import Runner, Server, bind, create_session, send_message, wait_turn, wait_until
 from .test_tunnel_e2e import WEATHER_TOOL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(240)]

@@ -20,8 +20,8 @@ import pytest
 
 from runners.client.agent import AgentExecutor
 from runners.client.executor import CommandRejected
-from runners.mockllm import MockLLMServer
 from sessions.bundles import build_bundle
+from testing.mockllm import MockLLMServer
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,7 +17,7 @@ import httpx
 import openai
 import pytest
 
-from runners.mockllm import DEFAULT_TEXT, MockLLMServer, split_words
+from testing.mockllm import DEFAULT_TEXT, MockLLMServer, split_words
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -366,7 +366,7 @@ def test_split_words_round_trips() -> None:
 
 def test_cli_prints_url_serves_and_exits_cleanly() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "runners.mockllm", "--host", "127.0.0.1", "--port", "0"],
+        [sys.executable, "-m", "testing.mockllm", "--host", "127.0.0.1", "--port", "0"],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -8,7 +8,7 @@ of scripted entries that tests push over HTTP (``/mock/configure``) or in-proces
 
 Run standalone::
 
-    python -m runners.mockllm --host 127.0.0.1 --port 0
+    python -m testing.mockllm --host 127.0.0.1 --port 0
 
 which prints exactly one line ``MOCKLLM_URL=http://127.0.0.1:<port>/v1`` and serves until
 SIGTERM/SIGINT. See the "Mock LLM server" section of the agents spec for the contract.

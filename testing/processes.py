@@ -1,14 +1,17 @@
-"""Real processes for end-to-end tests: daphne servers, runner programs, the mock LLM.
+"""Real processes for end-to-end tests, benchmarks and the demo: daphne servers, runner
+programs, throw-away PostgreSQL databases, and HTTP/SSE clients for them.
 
 Every wait here has a deadline; processes are stopped (and killed if they do not
-stop) when a test ends, and their output goes to log files that a failing test
-prints.
+stop) when a test or a benchmark ends, and their output goes to log files that a
+failing test prints.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -21,9 +24,11 @@ from typing import Any
 
 import httpx
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 START_DEADLINE_S = 60.0
 POLL_S = 0.05
+PG_ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
 def free_port() -> int:
@@ -123,7 +128,19 @@ def migrate(env: dict[str, str], log_dir: Path) -> None:
         raise RuntimeError(f"migrate failed: {result.stderr.decode(errors='replace')}")
 
 
-def start_server(*, env: dict[str, str], log_dir: Path, name: str = "daphne") -> Server:
+def start_server(
+    *,
+    env: dict[str, str],
+    log_dir: Path,
+    name: str = "daphne",
+    stack: contextlib.ExitStack | None = None,
+) -> Server:
+    """One daphne process (``python -m omnigent_site.serve``) on a free port, answering /health.
+
+    Its output goes to ``<log_dir>/<name>.log``. With ``stack`` the process's ``stop`` is
+    registered on it as soon as the process exists (so a failed start is stopped too);
+    otherwise the caller stops ``server.process``.
+    """
     port = free_port()
     process = spawn(
         name,
@@ -131,11 +148,13 @@ def start_server(*, env: dict[str, str], log_dir: Path, name: str = "daphne") ->
         env=env,
         log_dir=log_dir,
     )
+    if stack is not None:
+        stack.callback(process.stop)
     url = f"http://127.0.0.1:{port}"
 
     def healthy() -> bool:
         if process.popen.poll() is not None:
-            raise RuntimeError(f"daphne exited: {process.log()[-2000:]}")
+            raise RuntimeError(f"{name} exited: {process.log()[-2000:]}")
         return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
 
     wait_until(healthy, deadline_s=START_DEADLINE_S, what=f"{name} to answer /health")
@@ -175,9 +194,16 @@ def start_runner(
 
 
 def wait_runner_online(
-    server: Server, runner_id: str, *, process: Process | None = None, online: bool = True
+    server: Server,
+    runner_id: str,
+    *,
+    process: Process | None = None,
+    online: bool = True,
+    user: str = "alice@example.com",
+    deadline_s: float = START_DEADLINE_S,
 ) -> None:
-    with server.client() as client:
+    """Poll the runner's status as ``user`` (its owner) until ``online`` is as wanted."""
+    with server.client(user) as client:
 
         def reached() -> bool:
             if process is not None and process.popen.poll() is not None:
@@ -185,7 +211,26 @@ def wait_runner_online(
             body = client.get(f"/v1/runners/{runner_id}/status").json()
             return body.get("online") is online
 
-        wait_until(reached, deadline_s=START_DEADLINE_S, what=f"runner {runner_id} online={online}")
+        wait_until(reached, deadline_s=deadline_s, what=f"runner {runner_id} online={online}")
+
+
+@contextlib.contextmanager
+def postgres_database(prefix: str) -> Iterator[str]:
+    """A fresh PostgreSQL database named ``<prefix><random>``; its URL is yielded.
+
+    Created through :data:`PG_ADMIN_URL` and dropped afterwards with ``WITH (FORCE)``,
+    so connections a stopped process left open do not keep it alive.
+    """
+    import psycopg
+
+    name = f"{prefix}{secrets.token_hex(4)}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=10) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"postgres://postgres@127.0.0.1:5432/{name}"
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def register_runner(
