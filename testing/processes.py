@@ -199,10 +199,13 @@ def wait_runner_online(
     *,
     process: Process | None = None,
     online: bool = True,
-    user: str = "alice@example.com",
+    user: str | None = "alice@example.com",
     deadline_s: float = START_DEADLINE_S,
 ) -> None:
-    """Poll the runner's status as ``user`` (its owner) until ``online`` is as wanted."""
+    """Poll the runner's status as ``user`` (its owner) until ``online`` is as wanted.
+
+    ``user=None`` sends no identity header (local single-user mode).
+    """
     with server.client(user) as client:
 
         def reached() -> bool:
