@@ -35,6 +35,7 @@ from testing.processes import (  # noqa: E402
     REDIS_URL,
     Server,
     base_env,
+    drop_redis_keys,
     migrate,
     postgres_database,
     start_server,
@@ -117,24 +118,11 @@ def single_server(stack: contextlib.ExitStack, tmp: Path, *, debug: bool, name: 
     return start_daphne(stack, env=env, tmp=tmp, name=name)
 
 
-def drop_redis_prefix(prefix: str) -> None:
-    """Delete the channel layer's keys of this run (they would expire anyway)."""
-    import redis
-
-    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
-    finally:
-        client.close()
-
-
 def two_servers(stack: contextlib.ExitStack, tmp: Path, *, debug: bool) -> tuple[Server, Server]:
     """Two daphne processes on one new PostgreSQL database and one Redis."""
     pg_url = stack.enter_context(postgres_database("omnigent_bench_"))
     prefix = f"omnigent-bench-{secrets.token_hex(4)}"
-    stack.callback(drop_redis_prefix, prefix)
+    stack.callback(drop_redis_keys, prefix)
     env = common_env(tmp, debug=debug, DATABASE_URL=pg_url, REDIS_URL=REDIS_URL)
     env["OMNIGENT_CHANNEL_PREFIX"] = prefix
     migrate(env, tmp)

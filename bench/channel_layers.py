@@ -68,6 +68,7 @@ from redis import asyncio as aioredis  # noqa: E402
 
 from bench._stats import fmt, summary_ms  # noqa: E402
 from omnigent_site.channel_layer import ScaleOutChannelLayer  # noqa: E402
+from testing.processes import drop_redis_keys  # noqa: E402
 
 REDIS_URL = "redis://127.0.0.1:6379/12"
 HOST: dict[str, Any] = {
@@ -146,18 +147,6 @@ async def redis_leftovers(prefix: str) -> dict[str, int]:
         return {"keys": len(keys), "pubsub_channels": len(channels)}
     finally:
         await client.aclose()
-
-
-def drop_prefix(prefix: str) -> int:
-    """Delete every key of this run from db 12; return how many there were."""
-    client = redis.Redis.from_url(REDIS_URL, socket_timeout=5, socket_connect_timeout=5)
-    try:
-        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
-        if keys:
-            client.delete(*keys)
-        return len(keys)
-    finally:
-        client.close()
 
 
 # --------------------------------------------------------------------------- logs
@@ -738,7 +727,7 @@ def main() -> int:
                 holder.kill()
                 holder.join(5)
         conn.close()
-        result["keys_deleted_at_exit"] = drop_prefix(prefix)
+        result["keys_deleted_at_exit"] = drop_redis_keys(prefix, url=REDIS_URL)
     print(
         f"== done in {result['wall_s']} s; holder exit code {holder.exitcode}; "
         f"left in Redis after the flush: {result['after_flush']}",

@@ -67,6 +67,21 @@ def base_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def drop_redis_keys(prefix: str, *, url: str = REDIS_URL) -> int:
+    """Delete the keys under ``prefix`` (a run's channel layer keys, which would expire
+    anyway); return how many there were."""
+    import redis
+
+    client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    try:
+        keys = list(client.scan_iter(match=f"{prefix}*", count=1000))
+        if keys:
+            client.delete(*keys)
+        return len(keys)
+    finally:
+        client.close()
+
+
 @dataclass
 class Process:
     name: str
