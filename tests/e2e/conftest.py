@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -102,13 +103,17 @@ def launch_runner(
     """Register and start runner programs (their LLM the mock); all stopped afterwards."""
     started: list[Runner] = []
 
-    def launch(server: Server, *, workspace: Path | None = None) -> Runner:
+    def launch(
+        server: Server, *, workspace: Path | None = None, via_url: str | None = None
+    ) -> Runner:
+        """Register on ``server``; the runner dials ``via_url`` (a balancer) if given."""
         runner_id, token = register_runner(server)
         if workspace is None:
             workspace = tmp_path / f"workspace-{len(started)}"
             workspace.mkdir()
+        front = server if via_url is None else replace(server, url=via_url)
         runner = start_runner(
-            server=server,
+            server=front,
             token=token,
             runner_id=runner_id,
             workspace=workspace,

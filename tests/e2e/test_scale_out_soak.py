@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import httpx
 import pytest
@@ -30,9 +29,7 @@ from testing.processes import (
     bind,
     create_session,
     is_final_idle,
-    register_runner,
     send_message,
-    start_runner,
     wait_turn,
     wait_until,
 )
@@ -200,9 +197,9 @@ def test_twenty_concurrent_turns_through_alternating_processes(
 @pytest.mark.redis
 def test_killing_the_tunnel_process_mid_turn_fails_over_without_loss_or_duplicates(
     two_servers: tuple[Server, Server],
+    launch_runner: Callable[..., Runner],
     mock_llm: MockLLMServer,
     make_bundle: Callable[..., bytes],
-    tmp_path: Path,
 ) -> None:
     server_a, server_b = two_servers
     balancer = TcpBalancer(
@@ -210,18 +207,8 @@ def test_killing_the_tunnel_process_mid_turn_fails_over_without_loss_or_duplicat
     ).start()
     runner: Runner | None = None
     try:
-        runner_id, token = register_runner(server_b)
-        workspace = tmp_path / "workspace"
-        workspace.mkdir()
-        front = Server(url=balancer.url, process=server_b.process, env=server_b.env)
-        runner = start_runner(
-            server=front,
-            token=token,
-            runner_id=runner_id,
-            workspace=workspace,
-            log_dir=tmp_path,
-            extra_env={"OPENAI_BASE_URL": mock_llm.base_url, "OPENAI_API_KEY": "test-key"},
-        )
+        runner = launch_runner(server_b, via_url=balancer.url)
+        runner_id = runner.runner_id
         assert balancer.routed[-1] == 0, "the tunnel should start on process A"
         mock_llm.configure(
             [_call("call_before"), {"text": "finished after the fail-over", "delay_s": 3}]
