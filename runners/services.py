@@ -23,7 +23,7 @@ from omnigent_site.authentication import get_or_create_user
 from sessions import runner_events
 from sessions.blobs import BundleMissing
 from sessions.eventlog import publishing_together
-from sessions.models import Response, Session
+from sessions.models import Session, Turn
 from sessions.selectors import is_admin
 
 from .identity import derive_runner_id, new_binding_token
@@ -219,7 +219,7 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
             resumes.append(SessionResume(session.id, session.last_runner_seq, {}, []))
             continue
         open_turns = list(
-            Response.objects.filter(session=session, status__in=Response.OPEN_STATUSES).order_by(
+            Turn.objects.filter(session=session, status__in=Turn.OPEN_STATUSES).order_by(
                 "created_at", "id"
             )
         )

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from .models import Agent, Item, Permission, Response, Session
+from .models import Agent, Item, Permission, Session, Turn
 
 
 class PermissionInline(admin.TabularInline):
@@ -36,8 +36,8 @@ class AgentAdmin(admin.ModelAdmin):
     readonly_fields = ["id", "bundle_sha256", "bundle_size", "spec", "created_at"]
 
 
-@admin.register(Response)
-class ResponseAdmin(admin.ModelAdmin):
+@admin.register(Turn)
+class TurnAdmin(admin.ModelAdmin):
     list_display = ["id", "session", "status", "created_at", "completed_at"]
     list_filter = ["status"]
     search_fields = ["id", "session__id"]

@@ -102,7 +102,7 @@ class Session(models.Model):
         return self.id
 
 
-class Response(models.Model):
+class Turn(models.Model):
     """One turn: the runner's answer to one user message."""
 
     class Status(models.TextChoices):
@@ -115,7 +115,7 @@ class Response(models.Model):
     OPEN_STATUSES = (Status.QUEUED, Status.IN_PROGRESS)
 
     id = models.CharField(primary_key=True, max_length=64, default=new_response_id, editable=False)
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="responses")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="turns")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     error = models.JSONField(null=True, blank=True)
     # Client-side tools sent with the message, kept so the turn can be re-sent.
@@ -126,8 +126,8 @@ class Response(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         indexes = [
-            models.Index(fields=["session", "created_at"], name="response_session_created"),
-            models.Index(fields=["session", "status"], name="response_session_status"),
+            models.Index(fields=["session", "created_at"], name="turn_session_created"),
+            models.Index(fields=["session", "status"], name="turn_session_status"),
         ]
 
     def __str__(self) -> str:
@@ -145,7 +145,7 @@ class Item(models.Model):
     id = models.CharField(max_length=128, editable=False)
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="items")
     response = models.ForeignKey(
-        Response, null=True, blank=True, on_delete=models.SET_NULL, related_name="items"
+        Turn, null=True, blank=True, on_delete=models.SET_NULL, related_name="items"
     )
     type = models.CharField(max_length=64)
     status = models.CharField(max_length=32, default="completed")

@@ -20,16 +20,16 @@ from omnigent_site.timeutil import unix
 
 from . import blobs
 from .eventlog import record_event
-from .models import Item, Response, Session
+from .models import Item, Session, Turn
 from .selectors import response_output
 
 log = logging.getLogger(__name__)
 
 ITEM_HEADER_KEYS = {"id", "type", "status", "response_id", "created_at", "created_by"}
 TURN_END_TYPES = {
-    "response.completed": Response.Status.COMPLETED,
-    "response.failed": Response.Status.FAILED,
-    "response.cancelled": Response.Status.CANCELLED,
+    "response.completed": Turn.Status.COMPLETED,
+    "response.failed": Turn.Status.FAILED,
+    "response.cancelled": Turn.Status.CANCELLED,
 }
 
 
@@ -58,7 +58,7 @@ def session_open_command(*, session: Session) -> dict[str, Any]:
     }
 
 
-def turn_start_command(*, response: Response) -> dict[str, Any]:
+def turn_start_command(*, response: Turn) -> dict[str, Any]:
     inputs = Item.objects.filter(response=response, data__role="user").order_by("seq")
     return {
         "type": "turn.start",
@@ -72,7 +72,7 @@ def turn_start_command(*, response: Response) -> dict[str, Any]:
 # --- event payloads for watchers --------------------------------------------------
 
 
-def response_payload(response: Response, *, model: str) -> dict[str, Any]:
+def response_payload(response: Turn, *, model: str) -> dict[str, Any]:
     return {
         "id": response.id,
         "object": "response",
@@ -118,7 +118,7 @@ def _set_session_state(
     record_event(session_id=session.id, payload=_status_event(session))
 
 
-def _finish_turn(response: Response, *, status: str, error: dict | None, model: str) -> None:
+def _finish_turn(response: Turn, *, status: str, error: dict | None, model: str) -> None:
     if not response.is_open:
         return
     response.status = status
@@ -126,9 +126,9 @@ def _finish_turn(response: Response, *, status: str, error: dict | None, model: 
     response.completed_at = timezone.now()
     response.save(update_fields=["status", "error", "completed_at"])
     event_types: dict[str, str] = {
-        Response.Status.COMPLETED: "response.completed",
-        Response.Status.FAILED: "response.failed",
-        Response.Status.CANCELLED: "response.cancelled",
+        Turn.Status.COMPLETED: "response.completed",
+        Turn.Status.FAILED: "response.failed",
+        Turn.Status.CANCELLED: "response.cancelled",
     }
     event_type = event_types[status]
     record_event(
@@ -142,11 +142,11 @@ def _finish_turn(response: Response, *, status: str, error: dict | None, model: 
 
 def accept_message(
     *, session_id: str, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
-) -> tuple[Item, Response]:
+) -> tuple[Item, Turn]:
     """Store the user item and its queued turn, and tell watchers the input was consumed."""
     with transaction.atomic():
         session = Session.objects.select_for_update().get(pk=session_id)
-        response = Response.objects.create(session=session, tools=tools)
+        response = Turn.objects.create(session=session, tools=tools)
         item = Item.objects.create(
             session=session,
             id=new_item_id(),
@@ -173,10 +173,10 @@ def fail_turn(*, session_id: str, response_id: str, code: str, message: str) -> 
     error = {"code": code, "message": message}
     with transaction.atomic():
         session = Session.objects.select_for_update().select_related("agent").get(pk=session_id)
-        response = Response.objects.filter(pk=response_id, session=session).first()
+        response = Turn.objects.filter(pk=response_id, session=session).first()
         if response is not None:
             _finish_turn(
-                response, status=Response.Status.FAILED, error=error, model=session.agent.model
+                response, status=Turn.Status.FAILED, error=error, model=session.agent.model
             )
         _set_session_state(session, status=Session.Status.FAILED, response_id=None, error=error)
 
@@ -185,9 +185,9 @@ def fail_open_turns(*, session_id: str, code: str, message: str) -> None:
     error = {"code": code, "message": message}
     with transaction.atomic():
         session = Session.objects.select_for_update().select_related("agent").get(pk=session_id)
-        for response in Response.objects.filter(session=session, status__in=Response.OPEN_STATUSES):
+        for response in Turn.objects.filter(session=session, status__in=Turn.OPEN_STATUSES):
             _finish_turn(
-                response, status=Response.Status.FAILED, error=error, model=session.agent.model
+                response, status=Turn.Status.FAILED, error=error, model=session.agent.model
             )
         _set_session_state(session, status=Session.Status.FAILED, response_id=None, error=error)
 
@@ -256,10 +256,10 @@ def _error(event: dict[str, Any]) -> dict[str, str] | None:
     return {"code": str(error.get("code") or "error"), "message": str(error.get("message") or "")}
 
 
-def _turn(session: Session, response_id: str | None) -> Response | None:
+def _turn(session: Session, response_id: str | None) -> Turn | None:
     if not response_id:
         return None
-    return Response.objects.filter(pk=response_id, session=session).first()
+    return Turn.objects.filter(pk=response_id, session=session).first()
 
 
 def _apply(session: Session, event: dict[str, Any]) -> None:
@@ -273,8 +273,8 @@ def _apply(session: Session, event: dict[str, Any]) -> None:
         response = _turn(session, _str(event, "response_id"))
         if response is None:
             raise MalformedEvent("response.created for an unknown response")
-        if response.status == Response.Status.QUEUED:
-            response.status = Response.Status.IN_PROGRESS
+        if response.status == Turn.Status.QUEUED:
+            response.status = Turn.Status.IN_PROGRESS
             response.save(update_fields=["status"])
         payload = response_payload(response, model=model)
         record_event(
@@ -338,7 +338,7 @@ def _apply_status(session: Session, event: dict[str, Any]) -> None:
         response = _turn(session, response_id)
         if response is not None:
             _finish_turn(
-                response, status=Response.Status.FAILED, error=error, model=session.agent.model
+                response, status=Turn.Status.FAILED, error=error, model=session.agent.model
             )
         response_id = None
     _set_session_state(session, status=status, response_id=response_id, error=error)

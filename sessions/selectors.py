@@ -12,7 +12,7 @@ from rest_framework.exceptions import NotFound, PermissionDenied
 from omnigent_site.rawsql import quoted, row_by
 from runners.models import Runner
 
-from .models import Agent, Item, Permission, Response, Session
+from .models import Agent, Item, Permission, Session, Turn
 
 LEVEL_NAMES = {1: "read", 2: "edit", 3: "manage", 4: "owner"}
 
@@ -82,11 +82,11 @@ def session_items(*, session: Session) -> QuerySet[Item]:
     return Item.objects.filter(session=session)
 
 
-def session_responses(*, session: Session) -> QuerySet[Response]:
-    return Response.objects.filter(session=session)
+def session_responses(*, session: Session) -> QuerySet[Turn]:
+    return Turn.objects.filter(session=session)
 
 
-def response_output(*, response: Response) -> list[dict]:
+def response_output(*, response: Turn) -> list[dict]:
     """What the turn produced: its items except the user input that started it."""
     # Filtered here, not in SQL: ``exclude(data__role="user")`` would also drop every
     # item without a ``role`` key (NULL never compares unequal).

@@ -11,7 +11,7 @@ from rest_framework import serializers
 
 from omnigent_site.timeutil import unix
 
-from .models import Agent, Item, Permission, Response, Session
+from .models import Agent, Item, Permission, Session, Turn
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,256}")
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -230,7 +230,7 @@ def session_body(
     return body
 
 
-def response_body(response: Response, *, output: list[dict[str, Any]]) -> dict[str, Any]:
+def response_body(response: Turn, *, output: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "id": response.id,
         "object": "response",
@@ -304,7 +304,7 @@ class SessionOutSerializer(serializers.Serializer):
 class ResponseOutSerializer(serializers.Serializer):
     id = serializers.CharField()
     object = serializers.CharField()
-    status = serializers.ChoiceField(choices=Response.Status.choices)
+    status = serializers.ChoiceField(choices=Turn.Status.choices)
     error = ErrorDetailSerializer(allow_null=True)
     output = serializers.ListField(child=serializers.DictField())
     created_at = serializers.IntegerField()

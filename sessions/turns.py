@@ -18,7 +18,7 @@ from runners.relay import RelayError, send_command
 
 from . import runner_events
 from .blobs import BundleMissing
-from .models import Item, Response, Session
+from .models import Item, Session, Turn
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ async def _ensure_open(session: Session, runner: Runner, response_id: str) -> No
 
 def _accept_with_command(
     *, session_id: str, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
-) -> tuple[Item, Response, dict[str, Any]]:
+) -> tuple[Item, Turn, dict[str, Any]]:
     """Store the message and its turn, and build its ``turn.start``: one trip to the thread."""
     item, response = runner_events.accept_message(
         session_id=session_id, created_by=created_by, data=data, tools=tools

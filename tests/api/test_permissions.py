@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sessions.models import Item, Permission, Response, Session
+from sessions.models import Item, Permission, Session, Turn
 
 from .conftest import ALICE, BOB, CAROL, DAVE, assert_error
 
@@ -49,7 +49,7 @@ def session_id(create_session, django_user_model) -> str:
 
 @pytest.fixture
 def turn_id(session_id: str) -> str:
-    return Response.objects.create(session_id=session_id, status="completed").id
+    return Turn.objects.create(session_id=session_id, status="completed").id
 
 
 def state(session_id: str) -> tuple:

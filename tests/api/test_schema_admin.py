@@ -100,7 +100,7 @@ def test_admin_changelists_render(logged_in, client_for, create_session, django_
         ("/admin/agent_sessions/agent/", b"file-helper"),
         ("/admin/runners/runner/", b"laptop"),
         ("/admin/auth/user/", ALICE.encode()),
-        ("/admin/agent_sessions/response/", b"0 responses"),
+        ("/admin/agent_sessions/turn/", b"0 turns"),
         ("/admin/agent_sessions/item/", b"0 items"),
     ]:
         response = logged_in.get(url)

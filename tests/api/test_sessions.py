@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from sessions import blobs
-from sessions.models import Agent, Item, Permission, Response, Session, SessionEvent
+from sessions.models import Agent, Item, Permission, Session, SessionEvent, Turn
 
 from .conftest import (
     ALICE,
@@ -495,7 +495,7 @@ def test_delete_session(client_for, create_session) -> None:
     session_id = create_session(ALICE)
     session = Session.objects.get(pk=session_id)
     agent_id, sha = session.agent_id, session.agent.bundle_sha256
-    turn = Response.objects.create(session=session, status="completed")
+    turn = Turn.objects.create(session=session, status="completed")
     Item.objects.create(session=session, id="item_1", type="message", data={}, response=turn)
     SessionEvent.objects.create(session=session, seq=1, type="session.status", payload={})
     client = client_for(ALICE)
@@ -510,7 +510,7 @@ def test_delete_session(client_for, create_session) -> None:
     assert not Session.objects.filter(pk=session_id).exists()
     assert not Agent.objects.filter(pk=agent_id).exists()
     assert Item.objects.count() == 0
-    assert Response.objects.count() == 0
+    assert Turn.objects.count() == 0
     assert Permission.objects.count() == 0
     assert SessionEvent.objects.count() == 0
     assert not blobs.bundle_path(sha).exists()
@@ -592,14 +592,14 @@ def test_session_agent_route(client_for, create_session) -> None:
 def test_responses_list_and_get(client_for, create_session) -> None:
     session_id = create_session(ALICE)
     session = Session.objects.get(pk=session_id)
-    done = Response.objects.create(session=session, status="completed")
-    failed = Response.objects.create(
+    done = Turn.objects.create(session=session, status="completed")
+    failed = Turn.objects.create(
         session=session, status="failed", error={"code": "timeout", "message": "too slow"}
     )
-    Response.objects.filter(pk=done.pk).update(
+    Turn.objects.filter(pk=done.pk).update(
         created_at=BASE_TIME, completed_at=BASE_TIME + timedelta(seconds=5)
     )
-    Response.objects.filter(pk=failed.pk).update(created_at=BASE_TIME + timedelta(minutes=1))
+    Turn.objects.filter(pk=failed.pk).update(created_at=BASE_TIME + timedelta(minutes=1))
     Item.objects.create(
         session=session,
         id="item_out",
@@ -651,6 +651,6 @@ def test_responses_list_and_get(client_for, create_session) -> None:
 def test_response_of_another_session_is_404(client_for, create_session) -> None:
     first = create_session(ALICE)
     second = create_session(ALICE)
-    turn = Response.objects.create(session_id=second)
+    turn = Turn.objects.create(session_id=second)
     response = client_for(ALICE).get(f"/v1/sessions/{first}/responses/{turn.id}")
     assert_error(response, 404, "not_found")

@@ -14,7 +14,7 @@ from omnigent_site.asgi import application
 from runners.client import PROTOCOL_VERSION
 from runners.identity import derive_runner_id
 from runners.models import Runner
-from sessions.models import Item, Permission, Response, Session
+from sessions.models import Item, Permission, Session, Turn
 
 ALICE = "alice@example.com"
 BOB = "bob@example.com"
@@ -165,5 +165,5 @@ async def grant(session: Session, user: Any, level: int) -> None:
 def counts(session_id: str) -> tuple[int, int]:
     return (
         Item.objects.filter(session_id=session_id).count(),
-        Response.objects.filter(session_id=session_id).count(),
+        Turn.objects.filter(session_id=session_id).count(),
     )

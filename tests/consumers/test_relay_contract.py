@@ -18,7 +18,7 @@ from django.test import AsyncClient
 
 from runners import services
 from runners.models import Runner
-from sessions.models import Item, Permission, Response, Session
+from sessions.models import Item, Permission, Session, Turn
 
 from .stubs import (
     ALICE,
@@ -290,9 +290,9 @@ async def test_message_opens_the_session_then_starts_the_turn(
         "response_id": turn["response_id"],
     }
 
-    stored = await in_db(Response.objects.get)(pk=body["response_id"])
+    stored = await in_db(Turn.objects.get)(pk=body["response_id"])
     assert stored.session_id == session.id
-    assert stored.status == Response.Status.QUEUED
+    assert stored.status == Turn.Status.QUEUED
     assert stored.tools == [TOOL]
     item = await in_db(Item.objects.get)(session_id=session.id, id=body["item_id"])
     assert item.data["role"] == "user"
@@ -336,8 +336,8 @@ async def test_message_not_acknowledged_fails_the_turn_and_keeps_the_item(
     turn = await stub.expect("turn.start")  # never acknowledged
     error_of(await pending, 503, "runner_unavailable")
 
-    stored = await in_db(Response.objects.get)(pk=turn["response_id"])
-    assert stored.status == Response.Status.FAILED
+    stored = await in_db(Turn.objects.get)(pk=turn["response_id"])
+    assert stored.status == Turn.Status.FAILED
     assert stored.error["code"] == "runner_unreachable"
     assert stored.completed_at is not None
     assert await in_db(
@@ -359,7 +359,7 @@ async def test_message_nacked_by_the_runner_is_503(
     turn = await stub.expect("turn.start")
     await stub.nack(turn)
     error_of(await pending, 503, "runner_unavailable")
-    stored = await in_db(Response.objects.get)(pk=turn["response_id"])
+    stored = await in_db(Turn.objects.get)(pk=turn["response_id"])
     assert stored.error["code"] == "runner_unreachable"
 
 

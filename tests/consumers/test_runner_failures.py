@@ -11,7 +11,7 @@ from django.utils import timezone
 from runners import services
 from runners.models import Runner
 from sessions import blobs
-from sessions.models import Response, Session
+from sessions.models import Session, Turn
 from sessions.runner_events import accept_message
 
 from .stubs import MESSAGE, Stubs, bind, error_of, in_db, post_event
@@ -44,7 +44,7 @@ def test_sessions_of_a_runner_whose_server_process_died_are_failed(
     session.refresh_from_db()
     assert session.status == "failed"
     assert session.last_task_error["code"] == "runner_disconnected"
-    assert Response.objects.get(pk=response_id).status == "failed"
+    assert Turn.objects.get(pk=response_id).status == "failed"
     assert Runner.objects.get(pk=runner.pk).channel_name == ""
     assert services.fail_stale_runners() == []
 
@@ -76,14 +76,14 @@ async def test_a_missing_bundle_fails_the_turn_clearly_and_the_runner_still_conn
     response = await post_event(session.id, {"type": "message", "data": MESSAGE})
     message = error_of(response, 500, "internal_error")
     assert "OMNIGENT_DATA_DIR" in message
-    turn = await in_db(lambda: Response.objects.get(session=session))()
+    turn = await in_db(lambda: Turn.objects.get(session=session))()
     assert turn.status == "failed" and turn.error["code"] == "agent_load_failed"
     await stub.nothing_pending()
 
     # A restart with that turn still open: the runner comes online, the turn is failed.
-    await in_db(Response.objects.filter(pk=turn.pk).update)(status="queued")
+    await in_db(Turn.objects.filter(pk=turn.pk).update)(status="queued")
     await stub.drop()
     again = await stubs.online(token)
     await again.nothing_pending()
-    turn = await in_db(lambda: Response.objects.get(session=session))()
+    turn = await in_db(lambda: Turn.objects.get(session=session))()
     assert turn.status == "failed"

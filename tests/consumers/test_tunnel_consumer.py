@@ -27,7 +27,7 @@ from runners.client import PROTOCOL_VERSION
 from runners.identity import derive_runner_id, new_binding_token
 from runners.models import Runner
 from sessions import runner_events
-from sessions.models import Item, Response, Session, SessionEvent
+from sessions.models import Item, Session, SessionEvent, Turn
 from sessions.services import create_session_from_bundle
 from workspaces.models import FileChange
 
@@ -520,7 +520,7 @@ async def test_restarted_runner_gets_open_turns_again(
         await tunnels.drop(comm)
         session = await in_db(Session.objects.get)(pk=bound_session.id)
         assert session.status == Session.Status.RUNNING
-    assert (await in_db(Response.objects.get)(pk=response.id)).status == Response.Status.QUEUED
+    assert (await in_db(Turn.objects.get)(pk=response.id)).status == Turn.Status.QUEUED
 
 
 # ------------------------------------------------------------------ events
@@ -560,7 +560,7 @@ def done_events(session_id: str) -> list[str]:
     ]
 
 
-async def open_turn(session: Session) -> Response:
+async def open_turn(session: Session) -> Turn:
     _item, response = await in_db(runner_events.accept_message)(
         session_id=session.id, created_by=ALICE, data=USER_MESSAGE, tools=[]
     )
@@ -705,10 +705,10 @@ async def test_response_completed_finishes_the_turn(
     response = await open_turn(bound_session)
     comm, _ = await tunnels.online(token, open_sessions=[sid])
     await send_event(comm, sid, 1, {"type": "response.created", "response_id": response.id})
-    assert (await in_db(Response.objects.get)(pk=response.id)).status == "in_progress"
+    assert (await in_db(Turn.objects.get)(pk=response.id)).status == "in_progress"
     await send_event(comm, sid, 2, {"type": "response.completed", "response_id": response.id})
-    stored = await in_db(Response.objects.get)(pk=response.id)
-    assert stored.status == Response.Status.COMPLETED
+    stored = await in_db(Turn.objects.get)(pk=response.id)
+    assert stored.status == Turn.Status.COMPLETED
     assert stored.completed_at is not None
     assert stored.error is None
 
@@ -763,7 +763,7 @@ async def test_workspace_changes_are_stored_and_announced(
 GRACE_S = 1.0
 
 
-def busy_idle_pair(alice: Any, runner: Runner, bundle: bytes) -> tuple[Session, Response, Session]:
+def busy_idle_pair(alice: Any, runner: Runner, bundle: bytes) -> tuple[Session, Turn, Session]:
     busy = create_session_from_bundle(user=alice, data=bundle)
     idle = create_session_from_bundle(user=alice, data=bundle)
     Session.objects.filter(pk__in=[busy.pk, idle.pk]).update(runner=runner)
@@ -796,7 +796,7 @@ async def test_reconnect_within_grace_keeps_the_turn_running(
     session = await in_db(Session.objects.get)(pk=busy.id)
     assert session.status == Session.Status.RUNNING
     assert session.last_task_error is None
-    assert (await in_db(Response.objects.get)(pk=response.id)).status == Response.Status.QUEUED
+    assert (await in_db(Turn.objects.get)(pk=response.id)).status == Turn.Status.QUEUED
     assert (await in_db(Session.objects.get)(pk=idle.id)).status == Session.Status.IDLE
     await probe(comm)
 
@@ -825,8 +825,8 @@ async def test_runner_gone_past_grace_fails_its_busy_sessions(
     )
     assert session.last_task_error["code"] == "runner_disconnected"
     assert session.active_response_id is None
-    failed = await in_db(Response.objects.get)(pk=response.id)
-    assert failed.status == Response.Status.FAILED
+    failed = await in_db(Turn.objects.get)(pk=response.id)
+    assert failed.status == Turn.Status.FAILED
     assert failed.error["code"] == "runner_disconnected"
     assert failed.completed_at is not None
     idle_now = await in_db(Session.objects.get)(pk=idle.id)
