@@ -9,29 +9,13 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.db import DataError
 from django.http import Http404, HttpRequest, JsonResponse
-from rest_framework import exceptions, status
+from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from .domain_errors import DomainError, PayloadTooLarge
+
 log = logging.getLogger(__name__)
-
-
-class Conflict(exceptions.APIException):
-    status_code = status.HTTP_409_CONFLICT
-    default_detail = "the request conflicts with the current state"
-    default_code = "conflict"
-
-
-class PayloadTooLarge(exceptions.APIException):
-    status_code = status.HTTP_413_REQUEST_ENTITY_TOO_LARGE
-    default_detail = "the request body is too large"
-    default_code = "payload_too_large"
-
-
-class RunnerUnavailable(exceptions.APIException):
-    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
-    default_detail = "the session's runner is not available"
-    default_code = "runner_unavailable"
 
 
 _CODES: dict[int, str] = {
@@ -72,12 +56,19 @@ def _first_message(detail: Any, path: str = "") -> str:
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    if isinstance(exc, DomainError):
+        set_rollback()
+        extra: dict[str, Any] = {"fields": {exc.field: [exc.message]}} if exc.field else {}
+        return Response(
+            {"error": {"code": exc.code, "message": exc.public_message, **extra}},
+            status=exc.http_status,
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "not found")
     elif isinstance(exc, DjangoPermissionDenied):
         exc = exceptions.PermissionDenied(str(exc) or None)
     elif isinstance(exc, RequestDataTooBig):
-        exc = PayloadTooLarge()
+        return exception_handler(PayloadTooLarge("the request body is too large"), context)
     elif isinstance(exc, SuspiciousOperation):
         exc = exceptions.ParseError(str(exc))
     elif isinstance(exc, DataError):
@@ -97,7 +88,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if getattr(exc, "wait", None):
         headers["Retry-After"] = str(int(exc.wait))  # type: ignore[attr-defined]
 
-    extra: dict[str, Any] = {}
+    extra = {}
     if isinstance(exc, exceptions.ValidationError):
         message = _first_message(exc.detail)
         if isinstance(exc.detail, dict):

@@ -17,9 +17,9 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
-from rest_framework.exceptions import PermissionDenied, ValidationError
 
 from omnigent_site.authentication import get_or_create_user
+from omnigent_site.domain_errors import Forbidden, InvalidInput
 from sessions import runner_events
 from sessions.blobs import BundleMissing
 from sessions.eventlog import publishing_together
@@ -278,9 +278,9 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
         return session
     runner = Runner.objects.filter(pk=runner_id).first()
     if runner is None or not runner.online:
-        raise ValidationError({"runner_id": [f"runner '{runner_id}' is not registered"]})
+        raise InvalidInput(f"runner '{runner_id}' is not registered", field="runner_id")
     if runner.owner_id != actor.pk and not is_admin(actor):
-        raise PermissionDenied("the runner belongs to another user")
+        raise Forbidden("the runner belongs to another user")
     Session.objects.filter(pk=session.pk).update(
         runner=runner, runner_generation_opened=0, updated_at=timezone.now()
     )

@@ -7,8 +7,8 @@ import functools
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.models import User as AuthUser
 from django.db.models import QuerySet
-from rest_framework.exceptions import NotFound, PermissionDenied
 
+from omnigent_site.domain_errors import Forbidden, NotFound
 from omnigent_site.rawsql import quoted, row_by
 from runners.models import Runner
 
@@ -60,7 +60,7 @@ def session_for(
     if session is None or held == 0:
         raise NotFound(f"session {session_id!r} not found")
     if held < level:
-        raise PermissionDenied(f"this action needs {LEVEL_NAMES[level]} access to the session")
+        raise Forbidden(f"this action needs {LEVEL_NAMES[level]} access to the session")
     # Assigning the related objects caches them, as select_related would.
     session.runner = row_by(Runner, "id", session.runner_id) if session.runner_id else None
     if with_agent:

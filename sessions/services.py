@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 
 from omnigent_site.authentication import get_or_create_user
-from omnigent_site.errors import Conflict
+from omnigent_site.domain_errors import Conflict, Forbidden, InvalidInput, NotFound
 from omnigent_site.ids import new_item_id
 
 from . import blobs
@@ -35,7 +34,7 @@ def parse_uploaded_bundle(*, data: bytes) -> Bundle:
     try:
         return parse_bundle(data)
     except BundleError as exc:
-        raise ValidationError({"bundle": [str(exc)]}) from exc
+        raise InvalidInput(str(exc), field="bundle") from exc
 
 
 def _agent_from_bundle(*, bundle: Bundle, kind: str, user: AuthUser | None) -> Agent:
@@ -81,7 +80,7 @@ def delete_template_agent(*, agent: Agent, user: AuthUser, is_admin: bool) -> No
     if agent.kind != Agent.Kind.TEMPLATE:
         raise NotFound(f"agent {agent.id!r} not found")
     if not is_admin and agent.created_by_id != user.pk:
-        raise PermissionDenied("only the agent's creator or an admin can delete it")
+        raise Forbidden("only the agent's creator or an admin can delete it")
     with transaction.atomic():
         removed = not agent.sessions.exists()
         if removed:
@@ -103,12 +102,12 @@ def _grant_owner(*, session: Session, user: AuthUser) -> None:
 def normalise_initial_item(raw: dict[str, Any]) -> dict[str, Any]:
     """Split a flat item into its header and type fields; reject what cannot be stored."""
     if not isinstance(raw, dict):
-        raise ValidationError({"initial_items": ["each item must be an object"]})
+        raise InvalidInput("each item must be an object", field="initial_items")
     if has_unstorable_text(raw):
-        raise ValidationError({"initial_items": [UNSTORABLE_TEXT]})
+        raise InvalidInput(UNSTORABLE_TEXT, field="initial_items")
     item_type = raw.get("type")
     if not isinstance(item_type, str) or not item_type:
-        raise ValidationError({"initial_items": ["each item needs a string 'type'"]})
+        raise InvalidInput("each item needs a string 'type'", field="initial_items")
     data = {
         key: value
         for key, value in raw.items()
@@ -118,35 +117,35 @@ def normalise_initial_item(raw: dict[str, Any]) -> dict[str, Any]:
         data = normalise_message(data, field="initial_items")
     item_id = raw.get("id") or new_item_id()
     if not isinstance(item_id, str) or len(item_id) > 128:
-        raise ValidationError(
-            {"initial_items": ["an item 'id' must be a string of 128 characters or fewer"]}
+        raise InvalidInput(
+            "an item 'id' must be a string of 128 characters or fewer", field="initial_items"
         )
     status = raw.get("status") or "completed"
     if not isinstance(status, str):
-        raise ValidationError({"initial_items": ["an item 'status' must be a string"]})
+        raise InvalidInput("an item 'status' must be a string", field="initial_items")
     return {"id": item_id, "type": item_type, "status": status, "data": data}
 
 
 def normalise_message(data: dict[str, Any], *, field: str) -> dict[str, Any]:
     """A message's ``role`` and ``content`` in the list-of-parts form."""
     if has_unstorable_text(data):
-        raise ValidationError({field: [UNSTORABLE_TEXT]})
+        raise InvalidInput(UNSTORABLE_TEXT, field=field)
     role = data.get("role", "user")
     if role not in {"user", "assistant", "system", "developer"}:
-        raise ValidationError({field: [f"unknown message role {role!r}"]})
+        raise InvalidInput(f"unknown message role {role!r}", field=field)
     content = data.get("content")
     if isinstance(content, str):
         part_type = "output_text" if role == "assistant" else "input_text"
         content = [{"type": part_type, "text": content}]
     if not isinstance(content, list) or not content:
-        raise ValidationError({field: ["a message needs 'content': a string or a list of parts"]})
+        raise InvalidInput("a message needs 'content': a string or a list of parts", field=field)
     for part in content:
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-            raise ValidationError({field: ["each content part must be an object with a 'type'"]})
+            raise InvalidInput("each content part must be an object with a 'type'", field=field)
         if part["type"] in {"input_text", "output_text", "text"} and not isinstance(
             part.get("text"), str
         ):
-            raise ValidationError({field: [f"a {part['type']} part needs a string 'text'"]})
+            raise InvalidInput(f"a {part['type']} part needs a string 'text'", field=field)
     return {**data, "role": role, "content": content}
 
 
@@ -161,7 +160,7 @@ def create_session(
     username = user.get_username()
     prepared = [normalise_initial_item(raw) for raw in initial_items or []]
     if len({item["id"] for item in prepared}) != len(prepared):
-        raise ValidationError({"initial_items": ["item ids must be unique"]})
+        raise InvalidInput("item ids must be unique", field="initial_items")
     with transaction.atomic():
         session = Session.objects.create(
             agent=agent, title=title, labels=labels or {}, created_by=user
@@ -238,14 +237,14 @@ def delete_session(*, session: Session) -> None:
 def grant_permission(*, session: Session, actor: AuthUser, user_id: str, level: int) -> Permission:
     """Upsert another user's grant (levels 1–3); the owner's grant is fixed."""
     if user_id == actor.get_username():
-        raise PermissionDenied("you cannot change your own permission")
+        raise Forbidden("you cannot change your own permission")
     if not 1 <= level <= 3:
-        raise ValidationError({"level": ["must be 1 (read), 2 (edit) or 3 (manage)"]})
+        raise InvalidInput("must be 1 (read), 2 (edit) or 3 (manage)", field="level")
     target = get_or_create_user(user_id)
     with transaction.atomic():
         grant = Permission.objects.select_for_update().filter(session=session, user=target).first()
         if grant is not None and grant.level == Permission.Level.OWNER:
-            raise PermissionDenied("the owner's permission cannot be changed")
+            raise Forbidden("the owner's permission cannot be changed")
         if grant is None:
             grant = Permission.objects.create(session=session, user=target, level=level)
         else:
@@ -259,5 +258,5 @@ def revoke_permission(*, session: Session, user_id: str) -> None:
     if grant is None:
         raise NotFound(f"user {user_id!r} has no permission on this session")
     if grant.level == Permission.Level.OWNER:
-        raise PermissionDenied("the owner cannot be revoked or leave the session")
+        raise Forbidden("the owner cannot be revoked or leave the session")
     grant.delete()

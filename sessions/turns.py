@@ -10,9 +10,8 @@ import logging
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from rest_framework.exceptions import APIException
 
-from omnigent_site.errors import RunnerUnavailable
+from omnigent_site.domain_errors import AgentUnavailable, RunnerUnavailable
 from runners.models import Runner
 from runners.relay import RelayError, send_command
 
@@ -35,12 +34,6 @@ def _runner_or_503(session: Session) -> Runner:
     if not runner.online:
         raise RunnerUnavailable(f"runner '{runner.id}' is offline")
     return runner
-
-
-class AgentUnavailable(APIException):
-    status_code = 500
-    default_code = "internal_error"
-    default_detail = "the session's agent bundle is not available on this server"
 
 
 async def _ensure_open(session: Session, runner: Runner, response_id: str) -> None:

@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from omnigent_site.authentication import request_user
-from omnigent_site.errors import PayloadTooLarge
+from omnigent_site.domain_errors import PayloadTooLarge
 from omnigent_site.pagination import paginate, parse_list_params
 
 from . import selectors, services

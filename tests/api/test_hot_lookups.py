@@ -13,9 +13,9 @@ from datetime import datetime
 import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
-from rest_framework.exceptions import NotFound, PermissionDenied
 
 from omnigent_site.authentication import get_or_create_user
+from omnigent_site.domain_errors import Forbidden, NotFound
 from omnigent_site.rawsql import row_by
 from runners.models import Runner
 from runners.services import register_runner
@@ -120,7 +120,7 @@ def test_session_for_levels_strangers_and_admins(session: Session) -> None:
     grant_permission(session=session, actor=alice, user_id=BOB, level=Permission.Level.READ)
     _, level = selectors.session_for(session_id=session.pk, user=bob, level=1)
     assert level == Permission.Level.READ
-    with pytest.raises(PermissionDenied):
+    with pytest.raises(Forbidden):
         selectors.session_for(session_id=session.pk, user=bob, level=2)
     with pytest.raises(NotFound):
         selectors.session_for(session_id=session.pk, user=carol, level=1)

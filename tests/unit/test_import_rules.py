@@ -1,8 +1,11 @@
-"""The server's and the runner's code never imports the test doubles or the tests.
+"""Import rules the layout depends on.
 
-``testing/`` (the mock LLM, process launchers, the TCP balancer) and ``tests/`` exist
-for tests, benchmarks and the demo; a production module that imported them would ship
-a test double, or fail where they are not installed.
+- The server's and the runner's code never imports the test doubles or the tests:
+  ``testing/`` (the mock LLM, process launchers, the TCP balancer) and ``tests/`` exist
+  for tests, benchmarks and the demo; a production module that imported them would ship
+  a test double, or fail where they are not installed.
+- Services and selectors raise the project's own errors (``omnigent_site.domain_errors``),
+  not DRF's HTTP exceptions: they are called from consumers and commands too.
 """
 
 from __future__ import annotations
@@ -43,3 +46,19 @@ def test_the_rule_sees_an_import_of_the_test_doubles(tmp_path: Path) -> None:
     sample = tmp_path / "module.py"
     sample.write_text("import os\nfrom testing.mockllm import MockLLMServer\n")
     assert "testing.mockllm" in _imported_modules(sample)
+
+
+DOMAIN_LAYER = [
+    "sessions/services.py",
+    "sessions/selectors.py",
+    "sessions/turns.py",
+    "sessions/runner_events.py",
+    "runners/services.py",
+    "workspaces/services.py",
+]
+
+
+@pytest.mark.parametrize("module", DOMAIN_LAYER)
+def test_services_and_selectors_do_not_use_drf(module: str) -> None:
+    imported = {name.split(".")[0] for name in _imported_modules(REPO / module)}
+    assert "rest_framework" not in imported, module

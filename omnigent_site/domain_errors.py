@@ -1,0 +1,65 @@
+"""The project's own errors: what services raise, wherever they are called from.
+
+A service is called by DRF views, async views, the tunnel consumer and management
+commands alike, so it raises these rather than DRF's HTTP exceptions. Each error names
+its error-format ``code`` and the HTTP status that goes with it; the one HTTP mapping is
+``omnigent_site.errors.exception_handler``. Django-free, like the codes it carries.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class DomainError(Exception):
+    """A refusal with a message meant for the caller (never a secret, never a trace)."""
+
+    code: ClassVar[str] = "invalid_input"
+    http_status: ClassVar[int] = 400
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+    @property
+    def public_message(self) -> str:
+        return f"{self.field}: {self.message}" if self.field else self.message
+
+
+class InvalidInput(DomainError):
+    """The request's content is wrong (``field`` names where, when it is known)."""
+
+
+class NotFound(DomainError):
+    code = "not_found"
+    http_status = 404
+
+
+class Forbidden(DomainError):
+    code = "forbidden"
+    http_status = 403
+
+
+class Conflict(DomainError):
+    code = "conflict"
+    http_status = 409
+
+
+class PayloadTooLarge(DomainError):
+    code = "payload_too_large"
+    http_status = 413
+
+
+class RunnerUnavailable(DomainError):
+    """No live runner took the command: none bound, offline, or it did not answer."""
+
+    code = "runner_unavailable"
+    http_status = 503
+
+
+class AgentUnavailable(DomainError):
+    """The session's agent bundle is missing on this server (a deployment fault)."""
+
+    code = "internal_error"
+    http_status = 500
