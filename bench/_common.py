@@ -30,7 +30,7 @@ from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
 from websockets.exceptions import ConnectionClosed  # noqa: E402
 
 from bench._stats import fmt, summary_ms  # noqa: E402, F401 - re-exported
-from sessions.bundles import build_bundle  # noqa: E402
+from omnigent_runner.bundles import build_bundle  # noqa: E402
 from testing.processes import (  # noqa: E402
     REDIS_URL,
     Server,

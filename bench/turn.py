@@ -291,7 +291,7 @@ def main() -> int:
             OPENAI_BASE_URL=mock.base_url,
             OPENAI_API_KEY="bench",
         )
-        runner = spawn("runner", [sys.executable, "-m", "runners.client"], env=env, log_dir=tmp)
+        runner = spawn("runner", [sys.executable, "-m", "omnigent_runner"], env=env, log_dir=tmp)
         stack.callback(runner.stop)
         wait_runner_online(server, runner_id, process=runner)
         print(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -19,7 +19,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
-from omnigent_site.rawsql import row_by
+from omnigent_site.users import get_or_create_user
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User as AuthUser
@@ -48,21 +48,6 @@ def is_trusted_proxy(remote_addr: str | None) -> bool:
     except ValueError:
         return False
     return any(address in network for network in _trusted_networks(entries))
-
-
-def get_or_create_user(username: str) -> AuthUser:
-    """The user named ``username``, created (without a usable password) on first sight."""
-    User = get_user_model()
-    # Every request authenticated by the header comes here: a plain one-row read first.
-    existing = row_by(User, User.USERNAME_FIELD, username)
-    if existing is not None:
-        return cast("AuthUser", existing)
-    defaults: dict[str, Any] = {"email": username} if "@" in username else {}
-    user, created = User.objects.get_or_create(username=username, defaults=defaults)
-    if created:
-        user.set_unusable_password()
-        user.save(update_fields=["password"])
-    return user
 
 
 def request_user(request: Request) -> AuthUser:

@@ -21,10 +21,9 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.utils import timezone
 
-from runners.client import PROTOCOL_VERSION
-from sessions import runner_events
+from omnigent_runner import PROTOCOL_VERSION
 
-from . import services
+from . import runner_events, services
 from .relay import notify
 from .upkeep import sweep_stale_runners
 

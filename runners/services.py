@@ -18,21 +18,19 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from omnigent_site.authentication import get_or_create_user
+from omnigent_runner.identity import derive_runner_id, new_binding_token
 from omnigent_site.domain_errors import Forbidden, InvalidInput
-from sessions import runner_events
+from omnigent_site.users import get_or_create_user, is_admin
 from sessions.blobs import BundleMissing
 from sessions.eventlog import publishing_together
 from sessions.models import Session, Turn
-from sessions.selectors import is_admin
 
-from .identity import derive_runner_id, new_binding_token
+from . import runner_events
 from .models import Runner
 from .relay import notify
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User as AuthUser
-    from django.db.models import QuerySet
 
 log = logging.getLogger(__name__)
 
@@ -313,11 +311,6 @@ def close_session_on_runner(*, session: Session, runner: Runner | None = None) -
             "reply_channel": None,
         },
     )
-
-
-def runners_visible_to(*, user: AuthUser) -> QuerySet[Runner]:
-    queryset = Runner.objects.select_related("owner")
-    return queryset if is_admin(user) else queryset.filter(owner=user)
 
 
 def seen_is_due(last_write: Any, now: Any) -> bool:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
-from rest_framework.exceptions import NotFound
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,7 +13,7 @@ from omnigent_site.authentication import request_user
 from omnigent_site.timeutil import unix
 from sessions.serializers import StrictSerializer
 
-from . import services
+from . import selectors, services
 from .models import Runner
 
 
@@ -64,9 +63,7 @@ class RunnerListView(APIView):
 
     @extend_schema(responses=RunnerOutSerializer(many=True))
     def get(self, request: Request) -> Response:
-        runners = services.runners_visible_to(user=request_user(request)).filter(
-            revoked_at__isnull=True
-        )
+        runners = selectors.active_runners_visible_to(user=request_user(request))
         return Response({"object": "list", "data": [runner_body(r) for r in runners]})
 
     @extend_schema(request=RunnerCreateSerializer, responses={201: RunnerCreatedSerializer})
@@ -87,10 +84,8 @@ class RunnerStatusView(APIView):
 
     @extend_schema(responses=RunnerStatusSerializer)
     def get(self, request: Request, runner_id: str) -> Response:
-        runner = (
-            services.runners_visible_to(user=request_user(request)).filter(pk=runner_id).first()
-        )
-        return Response({"runner_id": runner_id, "online": bool(runner and runner.online)})
+        online = selectors.runner_is_online(user=request_user(request), runner_id=runner_id)
+        return Response({"runner_id": runner_id, "online": online})
 
 
 class RunnerDetailView(APIView):
@@ -98,19 +93,11 @@ class RunnerDetailView(APIView):
 
     @extend_schema(responses=RunnerOutSerializer)
     def get(self, request: Request, runner_id: str) -> Response:
-        runner = (
-            services.runners_visible_to(user=request_user(request)).filter(pk=runner_id).first()
-        )
-        if runner is None or runner.is_revoked:
-            raise NotFound(f"runner {runner_id!r} not found")
+        runner = selectors.runner_for(user=request_user(request), runner_id=runner_id)
         return Response(runner_body(runner))
 
     @extend_schema(responses=RunnerDeletedSerializer)
     def delete(self, request: Request, runner_id: str) -> Response:
-        runner = (
-            services.runners_visible_to(user=request_user(request)).filter(pk=runner_id).first()
-        )
-        if runner is None or runner.is_revoked:
-            raise NotFound(f"runner {runner_id!r} not found")
+        runner = selectors.runner_for(user=request_user(request), runner_id=runner_id)
         services.revoke_runner(runner=runner)
         return Response({"runner_id": runner_id, "object": "runner.deleted", "deleted": True})

@@ -22,8 +22,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from runners.identity import derive_runner_id, new_binding_token  # noqa: E402
-from sessions.bundles import build_bundle  # noqa: E402
+from omnigent_runner.bundles import build_bundle  # noqa: E402
+from omnigent_runner.identity import derive_runner_id, new_binding_token  # noqa: E402
 from testing.mockllm import MockLLMServer  # noqa: E402
 from testing.processes import migrate, spawn, start_server, wait_runner_online  # noqa: E402
 
@@ -107,7 +107,7 @@ def run(stack: contextlib.ExitStack) -> int:
         server = start_server(env=env, log_dir=tmp_path, stack=stack)
         runner = spawn(
             "runner",
-            [sys.executable, "-m", "runners.client"],
+            [sys.executable, "-m", "omnigent_runner"],
             env={
                 **env,
                 "RUNNER_SERVER_URL": server.url,

@@ -10,17 +10,13 @@ from django.db.models import QuerySet
 
 from omnigent_site.domain_errors import Forbidden, NotFound
 from omnigent_site.rawsql import quoted, row_by
-from runners.models import Runner
+from omnigent_site.users import is_admin
 
 from .models import Agent, Item, Permission, Session, Turn
 
 LEVEL_NAMES = {1: "read", 2: "edit", 3: "manage", 4: "owner"}
 
 User = AuthUser | AnonymousUser
-
-
-def is_admin(user: User) -> bool:
-    return bool(getattr(user, "is_staff", False) or getattr(user, "is_superuser", False))
 
 
 @functools.cache
@@ -62,7 +58,8 @@ def session_for(
     if held < level:
         raise Forbidden(f"this action needs {LEVEL_NAMES[level]} access to the session")
     # Assigning the related objects caches them, as select_related would.
-    session.runner = row_by(Runner, "id", session.runner_id) if session.runner_id else None
+    runner_model = Session._meta.get_field("runner").related_model  # sessions sits below runners
+    session.runner = row_by(runner_model, "id", session.runner_id) if session.runner_id else None
     if with_agent:
         session.agent = row_by(Agent, "id", session.agent_id)  # type: ignore[assignment]
     return session, held

@@ -9,33 +9,12 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from omnigent_site.json_input import UNSTORABLE_TEXT, has_unstorable_text
 from omnigent_site.timeutil import unix
 
 from .models import Agent, Item, Permission, Session, Turn
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,256}")
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-UNSTORABLE_TEXT = "text must not contain NUL characters or lone surrogates"
-
-
-def has_unstorable_text(value: Any) -> bool:
-    """True if a string anywhere in ``value`` (keys too) holds NUL or a lone surrogate.
-
-    PostgreSQL cannot store NUL and UTF-8 cannot encode a lone surrogate, so such JSON
-    would fail on write or on render (a 500) instead of being refused as bad input.
-    """
-    stack = [value]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, str):
-            if _UNSTORABLE.search(current):
-                return True
-        elif isinstance(current, dict):
-            stack.extend(current.keys())
-            stack.extend(current.values())
-        elif isinstance(current, list):
-            stack.extend(current)
-    return False
 
 
 class StrictSerializer(serializers.Serializer):

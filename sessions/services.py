@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from omnigent_site.authentication import get_or_create_user
+from omnigent_runner.bundles import Bundle, BundleError, parse_bundle
 from omnigent_site.domain_errors import Conflict, Forbidden, InvalidInput, NotFound
 from omnigent_site.ids import new_item_id
+from omnigent_site.json_input import UNSTORABLE_TEXT, has_unstorable_text
+from omnigent_site.users import get_or_create_user
 
 from . import blobs
-from .bundles import Bundle, BundleError, parse_bundle
 from .eventlog import publish_session_end
 from .models import Agent, Item, Permission, Session
-from .serializers import UNSTORABLE_TEXT, has_unstorable_text
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User as AuthUser

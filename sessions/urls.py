@@ -1,20 +1,14 @@
 from django.urls import path
 
-from . import event_views, stream_views, views
+from . import stream_views, views
 
 urlpatterns = [
     path("me", views.MeView.as_view(), name="me"),
     path("agents", views.AgentListView.as_view(), name="agent-list"),
     path("agents/<str:agent_id>", views.AgentDetailView.as_view(), name="agent-detail"),
     path("sessions", views.SessionListView.as_view(), name="session-list"),
-    path("sessions/<str:session_id>", views.SessionDetailView.as_view(), name="session-detail"),
     path("sessions/<str:session_id>/items", views.SessionItemsView.as_view(), name="session-items"),
     path("sessions/<str:session_id>/agent", views.SessionAgentView.as_view(), name="session-agent"),
-    path(
-        "sessions/<str:session_id>/events",
-        event_views.SessionEventsView.as_view(),
-        name="session-events",
-    ),
     path(
         "sessions/<str:session_id>/stream",
         stream_views.SessionStreamView.as_view(),

@@ -16,10 +16,11 @@ from rest_framework.views import APIView
 from omnigent_site.authentication import request_user
 from omnigent_site.domain_errors import PayloadTooLarge
 from omnigent_site.pagination import paginate, parse_list_params
+from omnigent_site.users import is_admin
 
 from . import selectors, services
 from .models import Permission
-from .permissions import EDIT, MANAGE, OWNER, READ, SessionAccess, SessionScopedMixin
+from .permissions import MANAGE, OWNER, READ, SessionAccess, SessionScopedMixin
 from .serializers import (
     AgentOutSerializer,
     DeletedSerializer,
@@ -29,7 +30,6 @@ from .serializers import (
     SessionCreatedSerializer,
     SessionCreateSerializer,
     SessionOutSerializer,
-    SessionUpdateSerializer,
     agent_body,
     grant_body,
     parse_metadata_part,
@@ -116,7 +116,7 @@ class AgentDetailView(APIView):
     def delete(self, request: Request, agent_id: str) -> Response:
         agent = selectors.agent_for(agent_id=agent_id, user=request_user(request))
         services.delete_template_agent(
-            agent=agent, user=request_user(request), is_admin=selectors.is_admin(request.user)
+            agent=agent, user=request_user(request), is_admin=is_admin(request.user)
         )
         return Response({"id": agent_id, "object": "agent.deleted", "deleted": True})
 
@@ -200,60 +200,6 @@ class SessionListView(APIView):
         return Response(
             session_body(session, level=OWNER, items=items), status=status.HTTP_201_CREATED
         )
-
-
-class SessionDetailView(SessionScopedMixin, APIView):
-    permission_classes = [IsAuthenticated, SessionAccess]
-    session_levels = {"GET": READ, "PATCH": EDIT, "DELETE": OWNER}
-
-    def required_session_level(self, request: Request) -> int:
-        if (
-            request.method == "PATCH"
-            and isinstance(request.data, dict)
-            and "runner_id" in request.data
-        ):
-            return OWNER
-        return super().required_session_level(request)
-
-    @extend_schema(
-        parameters=[OpenApiParameter("include_items", bool)], responses=SessionOutSerializer
-    )
-    def get(self, request: Request, session_id: str) -> Response:
-        include = request.query_params.get("include_items", "true").lower() not in (
-            "false",
-            "0",
-            "no",
-        )
-        items = list(selectors.session_items(session=self.session)) if include else []
-        return Response(session_body(self.session, level=self.session_level, items=items))
-
-    @extend_schema(request=SessionUpdateSerializer, responses=SessionOutSerializer)
-    def patch(self, request: Request, session_id: str) -> Response:
-        serializer = SessionUpdateSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        values = dict(serializer.validated_data)
-        session = self.session
-        if "runner_id" in values:
-            from runners.services import bind_session_runner
-
-            session = bind_session_runner(
-                session=session,
-                actor=request_user(request),
-                runner_id=values.pop("runner_id") or "",
-            )
-        if values:
-            session = services.update_session(session=session, **values)
-        session.refresh_from_db()
-        items = list(selectors.session_items(session=session))
-        return Response(session_body(session, level=self.session_level, items=items))
-
-    @extend_schema(responses=DeletedSerializer)
-    def delete(self, request: Request, session_id: str) -> Response:
-        from runners.services import close_session_on_runner
-
-        close_session_on_runner(session=self.session)
-        services.delete_session(session=self.session)
-        return Response({"id": session_id, "object": "conversation.deleted", "deleted": True})
 
 
 class SessionItemsView(SessionScopedMixin, APIView):
@@ -362,5 +308,5 @@ class MeView(APIView):
     @extend_schema(responses=dict)
     def get(self, request: Request) -> Response:
         return Response(
-            {"user_id": request.user.get_username(), "is_admin": selectors.is_admin(request.user)}
+            {"user_id": request.user.get_username(), "is_admin": is_admin(request.user)}
         )

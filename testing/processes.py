@@ -202,7 +202,7 @@ def start_runner(
         OMNIGENT_RUNNER_PARENT_PID=str(os.getpid()),
         **(extra_env or {}),
     )
-    process = spawn(name, [sys.executable, "-m", "runners.client"], env=env, log_dir=log_dir)
+    process = spawn(name, [sys.executable, "-m", "omnigent_runner"], env=env, log_dir=log_dir)
     runner = Runner(runner_id=runner_id, token=token, workspace=workspace, process=process, env=env)
     wait_runner_online(server, runner_id, process=process)
     return runner

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 from rest_framework.test import APIClient
 
-from sessions.bundles import build_bundle
+from omnigent_runner.bundles import build_bundle
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

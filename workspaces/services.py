@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from omnigent_runner.tools.changes import diff_line_counts
 from sessions.models import Session
 
 from .models import FileChange
-from .tools.changes import diff_line_counts
 
 ENTRY_FIELDS = ("bytes", "modified_at", "lines_added", "lines_removed")
 MAX_PATH = 1024

@@ -10,8 +10,8 @@ import tarfile
 
 import pytest
 
+from omnigent_runner.bundles import build_bundle
 from sessions import blobs
-from sessions.bundles import build_bundle
 from sessions.models import Agent, Session
 
 from .conftest import ALICE, assert_error, assert_nothing_written, stored_files, upload

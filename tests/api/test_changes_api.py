@@ -14,7 +14,7 @@ import pytest
 from django.db import transaction
 from rest_framework.test import APIClient
 
-from omnigent_site.authentication import get_or_create_user
+from omnigent_site.users import get_or_create_user
 from sessions.models import Permission, Session
 from sessions.services import create_session_from_bundle
 from workspaces.models import FileChange

@@ -14,9 +14,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from omnigent_site.authentication import get_or_create_user
 from omnigent_site.domain_errors import Forbidden, NotFound
 from omnigent_site.rawsql import row_by
+from omnigent_site.users import get_or_create_user
 from runners.models import Runner
 from runners.services import register_runner
 from sessions import selectors

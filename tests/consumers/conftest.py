@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from channels.layers import get_channel_layer
 
-from omnigent_site.authentication import get_or_create_user
+from omnigent_site.users import get_or_create_user
 from runners import services
 from runners.models import Runner
 from sessions.models import Session

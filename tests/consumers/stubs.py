@@ -10,9 +10,9 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import AsyncClient
 
+from omnigent_runner import PROTOCOL_VERSION
+from omnigent_runner.identity import derive_runner_id
 from omnigent_site.asgi import application
-from runners.client import PROTOCOL_VERSION
-from runners.identity import derive_runner_id
 from runners.models import Runner
 from sessions.models import Item, Permission, Session, Turn
 

@@ -10,9 +10,9 @@ from django.utils import timezone
 
 from runners import services
 from runners.models import Runner
+from runners.runner_events import accept_message
 from sessions import blobs
 from sessions.models import Session, Turn
-from sessions.runner_events import accept_message
 
 from .stubs import MESSAGE, Stubs, bind, error_of, in_db, post_event
 

@@ -21,12 +21,11 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
+from omnigent_runner import PROTOCOL_VERSION
+from omnigent_runner.identity import derive_runner_id, new_binding_token
 from omnigent_site.asgi import application
-from runners import services
-from runners.client import PROTOCOL_VERSION
-from runners.identity import derive_runner_id, new_binding_token
+from runners import runner_events, services
 from runners.models import Runner
-from sessions import runner_events
 from sessions.models import Item, Session, SessionEvent, Turn
 from sessions.services import create_session_from_bundle
 from workspaces.models import FileChange

@@ -1,4 +1,4 @@
-"""The agent loop (runners.client.agent) against the in-process mock LLM.
+"""The agent loop (omnigent_runner.agent) against the in-process mock LLM.
 
 Every test drives :class:`AgentExecutor` the way the tunnel does (open, start, results,
 interrupts) and checks two sides: the events it reports through the sink, and what it
@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from runners.client.agent import AgentExecutor
-from runners.client.executor import CommandRejected
-from sessions.bundles import build_bundle
+from omnigent_runner.agent import AgentExecutor
+from omnigent_runner.bundles import build_bundle
+from omnigent_runner.executor import CommandRejected
 from testing.mockllm import MockLLMServer
 
 pytestmark = pytest.mark.timeout(60)

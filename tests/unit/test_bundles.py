@@ -1,4 +1,4 @@
-"""Bundle validation and loading (sessions.bundles), without Django.
+"""Bundle validation and loading (omnigent_runner.bundles), without Django.
 
 Every rejection rule of shared/spec/agents.md ("Bundles") gets a crafted archive and a
 check that the message names the problem; hostile archives are built by hand with
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from sessions.bundles import (
+from omnigent_runner.bundles import (
     AgentSpec,
     BundleError,
     OsEnv,
@@ -430,11 +430,11 @@ def test_max_iterations_capped() -> None:
 
 
 def test_unknown_keys_kept_and_warned(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="sessions.bundles"):
+    with caplog.at_level(logging.WARNING, logger="omnigent_runner.bundles"):
         spec = spec_of(MINIMAL + "tools: [web]\nmemory: {kind: long}\n")
     assert spec.unknown_keys == ("tools", "memory")
     assert spec.raw["tools"] == ["web"]
-    warnings = [r for r in caplog.records if r.name == "sessions.bundles"]
+    warnings = [r for r in caplog.records if r.name == "omnigent_runner.bundles"]
     assert len(warnings) == 1 and "tools, memory" in warnings[0].getMessage()
 
 
@@ -487,7 +487,9 @@ def test_public_dict_is_json_safe_for_odd_yaml_values() -> None:
 
 
 def test_module_does_not_import_django() -> None:
-    code = "import sessions.bundles, sys; assert 'django' not in sys.modules, 'django imported'"
+    code = (
+        "import omnigent_runner.bundles, sys; assert 'django' not in sys.modules, 'django imported'"
+    )
     result = subprocess.run(
         [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60
     )

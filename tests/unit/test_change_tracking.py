@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from workspaces.tools.git_parse import parse_numstat, parse_status, status_from_codes
-from workspaces.tools.tracking import (
+from omnigent_runner.tools.git_parse import parse_numstat, parse_status, status_from_codes
+from omnigent_runner.tools.tracking import (
     NET_STATUS,
     AgentEditTracker,
     GitTracker,

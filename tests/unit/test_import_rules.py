@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCTION_APPS = ("omnigent_site", "sessions", "runners", "workspaces")
+PRODUCTION_APPS = ("omnigent_site", "omnigent_runner", "sessions", "runners", "workspaces")
 FORBIDDEN = ("testing", "tests")
 
 
@@ -51,8 +51,8 @@ def test_the_rule_sees_an_import_of_the_test_doubles(tmp_path: Path) -> None:
 DOMAIN_LAYER = [
     "sessions/services.py",
     "sessions/selectors.py",
-    "sessions/turns.py",
-    "sessions/runner_events.py",
+    "runners/dispatch.py",
+    "runners/runner_events.py",
     "runners/services.py",
     "workspaces/services.py",
 ]

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from runners.client.config import ConfigError, RunnerConfig, load_config
-from runners.client.outbox import BACKLOG_FULL_CODE, Outbox
-from runners.identity import RUNNER_ID_PREFIX, derive_runner_id, new_binding_token
+from omnigent_runner.config import ConfigError, RunnerConfig, load_config
+from omnigent_runner.identity import RUNNER_ID_PREFIX, derive_runner_id, new_binding_token
+from omnigent_runner.outbox import BACKLOG_FULL_CODE, Outbox
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -263,7 +263,7 @@ def test_outbox_failure_without_any_response_id() -> None:
 
 
 def test_outbox_replaces_an_event_too_large_for_a_frame() -> None:
-    from runners.client.outbox import TOO_LARGE_CODE, Outbox
+    from omnigent_runner.outbox import TOO_LARGE_CODE, Outbox
 
     outbox = Outbox(max_event_bytes=1000)
     small = outbox.emit(

@@ -21,11 +21,11 @@ import pytest
 from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
 
-from runners.client import PROTOCOL_VERSION, RUNNER_VERSION
-from runners.client.config import RunnerConfig
-from runners.client.executor import CommandRejected, EventSink
-from runners.client.tunnel import TOKEN_HEADER, RunnerTunnel
-from runners.identity import derive_runner_id
+from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION
+from omnigent_runner.config import RunnerConfig
+from omnigent_runner.executor import CommandRejected, EventSink
+from omnigent_runner.identity import derive_runner_id
+from omnigent_runner.tunnel import TOKEN_HEADER, RunnerTunnel
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -549,7 +549,7 @@ def _run_python(args: list[str], env_extra: dict[str, str]) -> subprocess.Comple
 
 def test_cli_rejects_a_mismatched_runner_id_without_printing_the_token(tmp_path: Path) -> None:
     result = _run_python(
-        ["-m", "runners.client"],
+        ["-m", "omnigent_runner"],
         {
             "OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN": TOKEN,
             "OMNIGENT_RUNNER_ID": "runner_token_" + "f" * 32,
@@ -565,7 +565,7 @@ def test_cli_rejects_a_mismatched_runner_id_without_printing_the_token(tmp_path:
 def test_tunnel_module_does_not_import_django() -> None:
     code = (
         "import sys\n"
-        "import runners.client.tunnel, runners.client.__main__, runners.identity\n"
+        "import omnigent_runner.tunnel, omnigent_runner.__main__, omnigent_runner.identity\n"
         "assert not any(m == 'django' or m.startswith('django.') for m in sys.modules), "
         "sorted(m for m in sys.modules if m.startswith('django'))\n"
     )
@@ -585,7 +585,7 @@ async def test_stop_while_disconnected_returns_zero(
 
 _CLI_WITH_FAKE_EXECUTOR = """
 import sys
-import runners.client.__main__ as cli
+import omnigent_runner.__main__ as cli
 
 class Executor:
     def bind(self, sink): pass

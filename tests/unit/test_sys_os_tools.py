@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from workspaces.tools import sys_os
-from workspaces.tools.shell import OUTPUT_CAP, scrubbed_env
+from omnigent_runner.tools import sys_os
+from omnigent_runner.tools.shell import OUTPUT_CAP, scrubbed_env
 
 pytestmark = pytest.mark.timeout(60)
 

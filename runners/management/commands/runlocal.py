@@ -21,8 +21,8 @@ import httpx
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from omnigent_site.authentication import get_or_create_user
-from runners.identity import derive_runner_id, new_binding_token
+from omnigent_runner.identity import derive_runner_id, new_binding_token
+from omnigent_site.users import get_or_create_user
 
 HEALTH_DEADLINE_S = 30.0
 
@@ -105,7 +105,7 @@ class Command(BaseCommand):
                     "OMNIGENT_RUNNER_PARENT_PID": str(os.getpid()),
                 }
                 children.append(
-                    subprocess.Popen([sys.executable, "-m", "runners.client"], env=runner_env)
+                    subprocess.Popen([sys.executable, "-m", "omnigent_runner"], env=runner_env)
                 )
                 self.stdout.write(f"runner: {derive_runner_id(token)} on {workspace}")
             self.stdout.write("Press Ctrl-C to stop.")

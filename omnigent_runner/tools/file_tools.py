@@ -1,6 +1,6 @@
 """``sys_os_read``, ``sys_os_write`` and ``sys_os_edit``: blocking implementations.
 
-These functions do plain blocking I/O; :func:`workspaces.tools.sys_os.run_tool` calls
+These functions do plain blocking I/O; :func:`omnigent_runner.tools.sys_os.run_tool` calls
 them through ``asyncio.to_thread`` so a large file never stalls the runner's event
 loop (which also carries the tunnel heartbeats). Each returns the result dict of
 agents.md or raises :class:`ToolError` / :class:`PathError`.

@@ -1,6 +1,6 @@
 """Parsing ``git status --porcelain=v1 -z`` and ``git diff --numstat -z`` output.
 
-Kept apart from :mod:`workspaces.tools.git_tracker` so the mapping from git's status
+Kept apart from :mod:`omnigent_runner.tools.git_tracker` so the mapping from git's status
 codes to the contract's statuses can be read (and tested) on its own.
 """
 

@@ -22,11 +22,11 @@ from typing import Any
 
 import openai
 
-from runners.client.llm import ClientPool, FunctionCall, LLMError, ModelRequest, call_model
-from runners.client.transcript import merge_tools
-from sessions.bundles import AgentSpec
-from workspaces.tools import sys_os
-from workspaces.tools.changes import ChangeTracker
+from omnigent_runner.bundles import AgentSpec
+from omnigent_runner.llm import ClientPool, FunctionCall, LLMError, ModelRequest, call_model
+from omnigent_runner.tools import sys_os
+from omnigent_runner.tools.changes import ChangeTracker
+from omnigent_runner.transcript import merge_tools
 
 logger = logging.getLogger(__name__)
 

@@ -24,10 +24,10 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
-from runners.client import PROTOCOL_VERSION, RUNNER_VERSION
-from runners.client.config import RunnerConfig
-from runners.client.executor import CommandRejected, SessionExecutor
-from runners.client.outbox import DEFAULT_MAX_UNACKED, Frame, Outbox
+from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION
+from omnigent_runner.config import RunnerConfig
+from omnigent_runner.executor import CommandRejected, SessionExecutor
+from omnigent_runner.outbox import DEFAULT_MAX_UNACKED, Frame, Outbox
 
 logger = logging.getLogger(__name__)
 

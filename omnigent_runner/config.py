@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
-from runners.identity import derive_runner_id
+from omnigent_runner.identity import derive_runner_id
 
 DEFAULT_SERVER_URL = "http://127.0.0.1:8000"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -72,7 +72,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="python -m runners.client",
+        prog="python -m omnigent_runner",
         description="Dial the server's runner tunnel and run agent sessions in a workspace.",
     )
     parser.add_argument("--server-url", help=f"server base URL (env {ENV_SERVER_URL})")

@@ -1,6 +1,6 @@
 """The seam between the tunnel client and whatever runs agents.
 
-The tunnel client (``runners.client.tunnel``) owns the WebSocket: it acknowledges
+The tunnel client (``omnigent_runner.tunnel``) owns the WebSocket: it acknowledges
 commands, numbers and buffers events, and resends them after a reconnect. It hands
 every session command to a :class:`SessionExecutor` and gives the executor an
 :class:`EventSink` to report what happens. Keeping this seam small lets the agent

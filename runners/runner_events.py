@@ -17,11 +17,11 @@ from django.utils import timezone
 
 from omnigent_site.ids import new_item_id
 from omnigent_site.timeutil import unix
-
-from . import blobs
-from .eventlog import record_event
-from .models import Item, Session, Turn
-from .selectors import response_output
+from sessions import blobs
+from sessions.eventlog import record_event
+from sessions.models import Item, Session, Turn
+from sessions.selectors import response_output
+from workspaces.services import apply_workspace_changes
 
 log = logging.getLogger(__name__)
 
@@ -304,8 +304,6 @@ def _apply(session: Session, event: dict[str, Any]) -> None:
             raise MalformedEvent(f"{kind} for an unknown response")
         _finish_turn(response, status=TURN_END_TYPES[kind], error=_error(event), model=model)
     elif kind == "workspace.changes":
-        from workspaces.services import apply_workspace_changes
-
         try:
             environment_id = apply_workspace_changes(session=session, payload=event)
         except ValueError as exc:

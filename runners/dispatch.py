@@ -12,12 +12,12 @@ from typing import Any
 from asgiref.sync import sync_to_async
 
 from omnigent_site.domain_errors import AgentUnavailable, RunnerUnavailable
-from runners.models import Runner
-from runners.relay import RelayError, send_command
+from sessions.blobs import BundleMissing
+from sessions.models import Item, Session, Turn
 
 from . import runner_events
-from .blobs import BundleMissing
-from .models import Item, Session, Turn
+from .models import Runner
+from .relay import RelayError, send_command
 
 log = logging.getLogger(__name__)
 

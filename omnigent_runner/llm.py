@@ -16,7 +16,7 @@ from typing import Any
 
 import openai
 
-from runners.client.transcript import to_chat_messages, to_responses_input, to_responses_tools
+from omnigent_runner.transcript import to_chat_messages, to_responses_input, to_responses_tools
 
 DeltaCallback = Callable[[str], None]
 

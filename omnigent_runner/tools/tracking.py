@@ -4,10 +4,10 @@ The runner makes one tracker per session with :func:`make_tracker`, runs the ses
 built-in tools through it, and emits the payloads it returns as ``workspace.changes``
 events. The mode follows the workspace:
 
-* **git** (:class:`~workspaces.tools.git_tracker.GitTracker`) when the tool root or an
+* **git** (:class:`~omnigent_runner.tools.git_tracker.GitTracker`) when the tool root or an
   ancestor has ``.git``: the full working-tree change set against ``HEAD``, shell side
   effects included.
-* **agent_edit** (:class:`~workspaces.tools.agent_edit.AgentEditTracker`) otherwise:
+* **agent_edit** (:class:`~omnigent_runner.tools.agent_edit.AgentEditTracker`) otherwise:
   only the agent's successful ``sys_os_write``/``sys_os_edit`` calls; shell side
   effects are **not** tracked.
 

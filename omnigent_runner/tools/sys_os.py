@@ -5,11 +5,11 @@ Registered when an agent's spec has ``os_env``. The tool root is the runner work
 
 * ``sys_os_read``, ``sys_os_write`` and ``sys_os_edit`` are **confined** to the root: a
   path is joined to the root and resolved with symlinks followed, and must stay
-  inside it (see :func:`workspaces.tools.fsutil.resolve_in_root`).
+  inside it (see :func:`omnigent_runner.tools.fsutil.resolve_in_root`).
 * ``sys_os_shell`` is **not confined**. ``sandbox.type: none`` is the only sandbox
   implemented, so a command can reach anything the runner's user can; it only starts
   in the root, with credentials scrubbed from its environment
-  (:mod:`workspaces.tools.shell`).
+  (:mod:`omnigent_runner.tools.shell`).
 
 :func:`run_tool` never raises for a tool-level failure; the model gets
 ``{"error": "<message>"}`` and the turn goes on. Stdlib only: no Django here.

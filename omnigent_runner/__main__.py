@@ -1,4 +1,4 @@
-"""``python -m runners.client``: the runner program's entry point.
+"""``python -m omnigent_runner``: the runner program's entry point.
 
 Reads the configuration, builds the agent executor, and keeps the tunnel up until a
 signal, the parent process's exit, or a fatal refusal from the server. Configuration
@@ -16,19 +16,19 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from runners.client import PROTOCOL_VERSION, RUNNER_VERSION
-from runners.client.config import ConfigError, RunnerConfig, load_config
-from runners.client.executor import SessionExecutor
-from runners.client.tunnel import EXIT_FATAL, RunnerTunnel
+from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION
+from omnigent_runner.config import ConfigError, RunnerConfig, load_config
+from omnigent_runner.executor import SessionExecutor
+from omnigent_runner.tunnel import EXIT_FATAL, RunnerTunnel
 
-logger = logging.getLogger("runners.client")
+logger = logging.getLogger("omnigent_runner")
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
 def build_executor(config: RunnerConfig) -> SessionExecutor:
     """The agent executor, imported here so a config error never pays for (or trips on) it."""
-    from runners.client.agent import AgentExecutor
+    from omnigent_runner.agent import AgentExecutor
 
     return AgentExecutor(workspace=config.workspace, isolate_sessions=config.isolate_session)
 

@@ -3,7 +3,7 @@
 The tunnel client hands every session command to :class:`AgentExecutor`. Commands are
 accepted (or rejected) at once; the work runs in one asyncio task per session, which
 takes the session's turns one at a time in the order they arrived, each turn in a task
-of its own (:class:`~runners.client.turn.TurnRunner`) so ``turn.interrupt`` can cancel
+of its own (:class:`~omnigent_runner.turn.TurnRunner`) so ``turn.interrupt`` can cancel
 it without touching the turns queued behind it.
 
 Django-free: a runner machine has no server installed.
@@ -23,12 +23,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from runners.client.executor import CommandRejected, EventSink
-from runners.client.llm import ClientPool
-from runners.client.turn import SessionState, TurnRequest, TurnRunner
-from sessions.bundles import AgentSpec, BundleError, parse_bundle
-from workspaces.tools.changes import ChangeTracker
-from workspaces.tools.tracking import make_tracker
+from omnigent_runner.bundles import AgentSpec, BundleError, parse_bundle
+from omnigent_runner.executor import CommandRejected, EventSink
+from omnigent_runner.llm import ClientPool
+from omnigent_runner.tools.changes import ChangeTracker
+from omnigent_runner.tools.tracking import make_tracker
+from omnigent_runner.turn import SessionState, TurnRequest, TurnRunner
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,127 @@
+"""Session endpoints that act on the session's runner (http-api.md).
+
+``GET|PATCH|DELETE /v1/sessions/{id}``: binding a runner (``PATCH runner_id``) opens the
+session on it, and a delete closes it there. ``POST /v1/sessions/{id}/events`` is an
+async view, because it waits for the runner's acknowledgement. They live in this app
+because it sits above ``sessions``: ``sessions`` never imports ``runners``.
+"""
+
+from __future__ import annotations
+
+from adrf.views import APIView as AsyncAPIView
+from django.http import HttpResponseBase
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.exceptions import ValidationError
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from omnigent_site.async_views import RenderJSONOnLoopMixin
+from omnigent_site.authentication import request_user
+from sessions import selectors
+from sessions import services as session_services
+from sessions.permissions import EDIT, OWNER, READ, SessionAccess, SessionScopedMixin
+from sessions.serializers import (
+    DeletedSerializer,
+    EventSerializer,
+    FunctionCallOutputSerializer,
+    SessionOutSerializer,
+    SessionUpdateSerializer,
+    session_body,
+)
+
+from . import dispatch, services
+
+
+class SessionDetailView(SessionScopedMixin, APIView):
+    permission_classes = [IsAuthenticated, SessionAccess]
+    session_levels = {"GET": READ, "PATCH": EDIT, "DELETE": OWNER}
+
+    def required_session_level(self, request: Request) -> int:
+        if (
+            request.method == "PATCH"
+            and isinstance(request.data, dict)
+            and "runner_id" in request.data
+        ):
+            return OWNER
+        return super().required_session_level(request)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("include_items", bool)], responses=SessionOutSerializer
+    )
+    def get(self, request: Request, session_id: str) -> Response:
+        include = request.query_params.get("include_items", "true").lower() not in (
+            "false",
+            "0",
+            "no",
+        )
+        items = list(selectors.session_items(session=self.session)) if include else []
+        return Response(session_body(self.session, level=self.session_level, items=items))
+
+    @extend_schema(request=SessionUpdateSerializer, responses=SessionOutSerializer)
+    def patch(self, request: Request, session_id: str) -> Response:
+        serializer = SessionUpdateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        values = dict(serializer.validated_data)
+        session = self.session
+        if "runner_id" in values:
+            session = services.bind_session_runner(
+                session=session,
+                actor=request_user(request),
+                runner_id=values.pop("runner_id") or "",
+            )
+        if values:
+            session = session_services.update_session(session=session, **values)
+        session.refresh_from_db()
+        items = list(selectors.session_items(session=session))
+        return Response(session_body(session, level=self.session_level, items=items))
+
+    @extend_schema(responses=DeletedSerializer)
+    def delete(self, request: Request, session_id: str) -> Response:
+        services.close_session_on_runner(session=self.session)
+        session_services.delete_session(session=self.session)
+        return Response({"id": session_id, "object": "conversation.deleted", "deleted": True})
+
+
+class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView):
+    permission_classes = [IsAuthenticated, SessionAccess]
+    session_with_agent = False
+    session_levels = {"POST": EDIT}
+
+    @extend_schema(request=EventSerializer, responses={202: dict})
+    async def post(self, request: Request, session_id: str) -> HttpResponseBase:
+        serializer = EventSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        event = serializer.validated_data
+        kind = event["type"]
+        if kind == "message":
+            data = session_services.normalise_message(event["data"], field="data")
+            if data["role"] != "user":
+                raise ValidationError({"data": ["a message event must have role 'user'"]})
+            body = await dispatch.submit_message(
+                session=self.session,
+                created_by=request.user.get_username(),
+                data=data,
+                tools=event.get("tools") or [],
+            )
+        elif kind == "function_call_output":
+            output = FunctionCallOutputSerializer(data=event["data"])
+            output.is_valid(raise_exception=True)
+            body = await dispatch.forward_tool_result(
+                session=self.session,
+                call_id=output.validated_data["call_id"],
+                output=output.validated_data["output"],
+            )
+        elif kind == "interrupt":
+            body = await dispatch.interrupt_turn(session=self.session)
+        else:
+            raise ValidationError(
+                {
+                    "type": [
+                        f"unknown event type {kind!r}: use message, function_call_output or interrupt"
+                    ]
+                }
+            )
+        return self.render_now(body, status=status.HTTP_202_ACCEPTED)
