@@ -44,4 +44,5 @@ bench: bootstrap
 lint: bootstrap
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy omnigent_site sessions runners workspaces scripts testing
+	$(BIN)/mypy omnigent_site omnigent_runner sessions runners workspaces scripts testing
+	$(BIN)/lint-imports

@@ -58,8 +58,13 @@ def session_for(
     if held < level:
         raise Forbidden(f"this action needs {LEVEL_NAMES[level]} access to the session")
     # Assigning the related objects caches them, as select_related would.
-    runner_model = Session._meta.get_field("runner").related_model  # sessions sits below runners
-    session.runner = row_by(runner_model, "id", session.runner_id) if session.runner_id else None
+    # The runner model is reached through the foreign key: ``sessions`` sits below
+    # ``runners`` and does not import it (docs/architecture.md, Layers).
+    runner_model = Session._meta.get_field("runner").related_model
+    if session.runner_id:
+        session.runner = row_by(runner_model, "id", session.runner_id)  # type: ignore[assignment,arg-type]
+    else:
+        session.runner = None
     if with_agent:
         session.agent = row_by(Agent, "id", session.agent_id)  # type: ignore[assignment]
     return session, held

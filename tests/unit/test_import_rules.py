@@ -4,13 +4,19 @@
   ``testing/`` (the mock LLM, process launchers, the TCP balancer) and ``tests/`` exist
   for tests, benchmarks and the demo; a production module that imported them would ship
   a test double, or fail where they are not installed.
-- Services and selectors raise the project's own errors (``omnigent_site.domain_errors``),
-  not DRF's HTTP exceptions: they are called from consumers and commands too.
+- The import contracts of ``pyproject.toml`` (import-linter) hold, and each one fails on
+  the import it forbids: apps in one direction, the runner without Django, no test
+  doubles in production, services and selectors without DRF (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -18,6 +24,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PRODUCTION_APPS = ("omnigent_site", "omnigent_runner", "sessions", "runners", "workspaces")
 FORBIDDEN = ("testing", "tests")
+ROOT_PACKAGES = (*PRODUCTION_APPS, "testing")
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -48,17 +55,71 @@ def test_the_rule_sees_an_import_of_the_test_doubles(tmp_path: Path) -> None:
     assert "testing.mockllm" in _imported_modules(sample)
 
 
-DOMAIN_LAYER = [
-    "sessions/services.py",
-    "sessions/selectors.py",
-    "runners/dispatch.py",
-    "runners/runner_events.py",
-    "runners/services.py",
-    "workspaces/services.py",
-]
+def _lint_imports(cwd: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "lint-imports"), "--no-cache", "--no-logo", *extra],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize("module", DOMAIN_LAYER)
-def test_services_and_selectors_do_not_use_drf(module: str) -> None:
-    imported = {name.split(".")[0] for name in _imported_modules(REPO / module)}
-    assert "rest_framework" not in imported, module
+def test_the_import_contracts_hold() -> None:
+    """The layers, the Django-free runner and the DRF-free domain (pyproject.toml)."""
+    result = _lint_imports(REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _contract_modules() -> dict[str, str]:
+    """Every module the contracts name, with the imports they allow as exceptions.
+
+    import-linter refuses a contract that names a missing module or an ignored import
+    that no longer exists.
+    """
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]
+    sources: dict[str, str] = {}
+    for contract in config["contracts"]:
+        for name in contract.get("source_modules", []):
+            sources.setdefault(name, "")
+        for rule in contract.get("ignore_imports", []):
+            importer, imported = (part.strip() for part in rule.split("->"))
+            sources[importer] = sources.get(importer, "") + f"import {imported}\n"
+            sources.setdefault(imported, "")
+    return {name: source for name, source in sources.items() if "." in name}
+
+
+def _fake_project(root: Path, modules: dict[str, str]) -> None:
+    """The project's root packages as empty shells, plus the given module sources."""
+    for package in ROOT_PACKAGES:
+        (root / package).mkdir()
+        (root / package / "__init__.py").write_text("")
+    for dotted, source in {**_contract_modules(), **modules}.items():
+        (root / (dotted.replace(".", "/") + ".py")).write_text(source)
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "contract"),
+    [
+        ("sessions.views", "import runners.models\n", "apps-in-one-direction"),
+        ("workspaces.views", "from runners import dispatch\n", "apps-in-one-direction"),
+        ("omnigent_site.urls", "import sessions.views\n", "apps-in-one-direction"),
+        ("omnigent_runner.tunnel", "import django\n", "runner-without-django"),
+        ("omnigent_runner.agent", "import sessions.models\n", "runner-without-django"),
+        ("runners.views", "import testing.mockllm\n", "no-test-doubles-in-production"),
+        ("sessions.services", "import rest_framework\n", "domain-layer-without-drf"),
+    ],
+)
+def test_the_contracts_catch_a_forbidden_import(
+    tmp_path: Path, module: str, source: str, contract: str
+) -> None:
+    """Each contract of the project's configuration fails on the import it forbids."""
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    _fake_project(tmp_path, {module: source, "testing.mockllm": ""})
+    (tmp_path / "rest_framework").mkdir()
+    (tmp_path / "rest_framework" / "__init__.py").write_text("")
+    result = _lint_imports(tmp_path, "--contract", contract)
+    assert result.returncode != 0, result.stdout
+    assert "BROKEN" in result.stdout
