@@ -482,3 +482,50 @@ async def test_make_tracker_in_a_real_repository(repo: Path) -> None:
     assert isinstance(tracker, GitTracker)
     (sub / "n.txt").write_text("n\n")
     assert list(by_path(await tracker.turn_end())) == ["n.txt"]
+
+
+# --- a workspace inside another checkout ------------------------------------------------
+
+
+@needs_git
+async def test_ignored_workspace_inside_a_checkout_reports_the_agents_writes(
+    repo: Path,
+) -> None:
+    """``make run`` in a clone: ``./workspace`` is in the clone's ``.gitignore``.
+
+    Git lists no ignored file, so the enclosing repository's status would report
+    nothing; the workspace is tracked in agent_edit mode and the write is reported.
+    """
+    (repo / ".gitignore").write_text("workspace/\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "ignore the workspace")
+    workspace = repo / "workspace"
+    workspace.mkdir()
+    assert detect_mode(workspace) == "agent_edit"
+    tracker = make_tracker(root=workspace)
+    assert isinstance(tracker, AgentEditTracker)
+    _, payload = await tracker.run_tool("sys_os_write", {"path": "hello.txt", "content": "hi\n"})
+    entry = only_entry(payload)
+    assert (entry["path"], entry["status"]) == ("hello.txt", "created")
+    assert payload is not None and payload["mode"] == "agent_edit"
+
+
+@needs_git
+async def test_folder_of_a_monorepo_is_tracked_through_its_repository(repo: Path) -> None:
+    """A workspace that is a (not ignored) folder of a repository keeps git mode, shell
+    side effects included, with paths relative to the workspace."""
+    package = repo / "keep"
+    assert detect_mode(package) == "git"
+    tracker = make_tracker(root=package)
+    assert isinstance(tracker, GitTracker)
+    _, payload = await tracker.run_tool("sys_os_shell", {"command": "printf 'x\\n' > made.txt"})
+    entry = only_entry(payload)
+    assert (entry["path"], entry["status"]) == ("made.txt", "created")
+
+
+@needs_git
+def test_a_broken_enclosing_repository_counts_as_not_ignoring(tmp_path: Path) -> None:
+    (tmp_path / ".git").mkdir()  # not a repository git can read
+    inner = tmp_path / "inner"
+    inner.mkdir()
+    assert detect_mode(inner) == "git"
