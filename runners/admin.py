@@ -2,8 +2,27 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from sessions.models import Session
+
 from . import services
 from .models import Runner
+
+
+class BoundSessionInline(admin.TabularInline):
+    """The sessions bound to this runner (bind or unbind through the API)."""
+
+    model = Session
+    fk_name = "runner"
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    fields = ["id", "title", "status", "updated_at"]
+    readonly_fields = ["id", "title", "status", "updated_at"]
+    verbose_name = "bound session"
+    verbose_name_plural = "bound sessions"
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
 
 
 @admin.register(Runner)
@@ -33,6 +52,7 @@ class RunnerAdmin(admin.ModelAdmin):
     ]
     raw_id_fields = ["owner"]
     actions = ["revoke"]
+    inlines = [BoundSessionInline]
 
     @admin.display(boolean=True, description="online")
     def is_online(self, runner: Runner) -> bool:

@@ -1,6 +1,24 @@
+"""The admin: look around and manage (sessions with their transcript, turns and grants;
+agents; permissions). Everything a runner reports is read-only here: one writer per
+fact (the tunnel's services), and an admin edit would race the runner."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
 from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
 from .models import Agent, Item, Permission, Session, Turn
+
+# A transcript longer than this shows its most recent items (with a note).
+TRANSCRIPT_ITEMS = 500
+# Text of one transcript entry past this many characters is cut (with an ellipsis).
+TRANSCRIPT_TEXT = 2000
 
 
 class PermissionInline(admin.TabularInline):
@@ -9,10 +27,59 @@ class PermissionInline(admin.TabularInline):
     autocomplete_fields = ["user"]
 
 
+class TurnInline(admin.TabularInline):
+    """A session's turns, oldest first, with their status and error."""
+
+    model = Turn
+    extra = 0
+    can_delete = False
+    show_change_link = True
+    fields = ["id", "status", "created_at", "completed_at", "error"]
+    readonly_fields = ["id", "status", "created_at", "completed_at", "error"]
+    ordering = ["created_at", "id"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= TRANSCRIPT_TEXT else text[:TRANSCRIPT_TEXT] + "…"
+
+
+def _message_text(data: dict[str, Any]) -> str:
+    content = data.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            str(part.get("text", ""))
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return ""
+
+
+def transcript_entry(item: Item) -> tuple[str, str, str]:
+    """(who, what, text) for one item: the transcript as a person reads it."""
+    data = item.data if isinstance(item.data, dict) else {}
+    if item.type == "message":
+        return str(data.get("role") or "message"), "message", _clip(_message_text(data))
+    if item.type == "function_call":
+        arguments = data.get("arguments")
+        shown = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        return "assistant", f"tool call {data.get('name', '')}", _clip(shown or "")
+    if item.type == "function_call_output":
+        output = data.get("output")
+        shown = output if isinstance(output, str) else json.dumps(output)
+        return "tool", f"output of {data.get('call_id', '')}", _clip(shown or "")
+    return item.type, item.status, _clip(json.dumps(data))
+
+
 @admin.register(Session)
 class SessionAdmin(admin.ModelAdmin):
-    list_display = ["id", "title", "agent", "status", "runner", "created_at", "updated_at"]
+    list_display = ["id", "short_title", "agent_name", "status", "runner_online", "updated_at"]
     list_filter = ["status"]
+    list_select_related = ["agent", "runner"]
     search_fields = ["id", "title", "agent__name"]
     readonly_fields = [
         "id",
@@ -23,9 +90,48 @@ class SessionAdmin(admin.ModelAdmin):
         "runner_generation_opened",
         "active_response_id",
         "last_task_error",
+        "transcript",
     ]
     raw_id_fields = ["agent", "runner", "created_by"]
-    inlines = [PermissionInline]
+    inlines = [PermissionInline, TurnInline]
+
+    @admin.display(description="title", ordering="title")
+    def short_title(self, session: Session) -> str:
+        title = session.title or "—"
+        return title if len(title) <= 60 else title[:59] + "…"
+
+    @admin.display(description="agent", ordering="agent__name")
+    def agent_name(self, session: Session) -> str:
+        return session.agent.name
+
+    @admin.display(description="runner online", boolean=True)
+    def runner_online(self, session: Session) -> bool | None:
+        """None (no icon) when no runner is bound."""
+        return None if session.runner is None else session.runner.online
+
+    @admin.display(description="transcript")
+    def transcript(self, session: Session) -> SafeString:
+        """Messages, tool calls and outputs in order, escaped (model output is untrusted)."""
+        if session.pk is None:
+            return format_html("{}", "—")
+        total = session.items.count()
+        items = list(session.items.order_by("-seq")[:TRANSCRIPT_ITEMS])[::-1]
+        rows = format_html_join(
+            "",
+            '<tr><td>{}</td><td>{}</td><td style="white-space: pre-wrap">{}</td></tr>',
+            (transcript_entry(item) for item in items),
+        )
+        note = (
+            format_html("<p>The {} most recent of {} items.</p>", len(items), total)
+            if total > len(items)
+            else ""
+        )
+        return format_html(
+            "{}<table><thead><tr><th>who</th><th>what</th><th>text</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
+            note,
+            rows or format_html('<tr><td colspan="3">{}</td></tr>', "No items yet."),
+        )
 
 
 @admin.register(Agent)
@@ -50,3 +156,22 @@ class ItemAdmin(admin.ModelAdmin):
     list_filter = ["type"]
     search_fields = ["id", "session__id"]
     raw_id_fields = ["session", "response"]
+
+
+@admin.register(Permission)
+class PermissionAdmin(admin.ModelAdmin):
+    """Who holds which level on which session."""
+
+    list_display = ["user", "session", "level", "created_at"]
+    list_filter = [
+        "level",
+        ("user", admin.RelatedOnlyFieldListFilter),
+        ("session", admin.RelatedOnlyFieldListFilter),
+    ]
+    list_select_related = ["user", "session"]
+    search_fields = ["user__username", "user__email", "session__id", "session__title"]
+    raw_id_fields = ["session"]
+    autocomplete_fields = ["user"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Permission]:
+        return super().get_queryset(request).order_by("session_id", "-level")
