@@ -3,13 +3,18 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.requirements-installed
+DEV_STAMP := $(VENV)/.requirements-dev-installed
 PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/test
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-postgres demo bench lint bootstrap
+.PHONY: run test test-postgres demo bench lint bootstrap bootstrap-dev
 
+# `make run` installs the runtime set only; tests, linters and benchmarks add the
+# development set (requirements-dev.txt includes requirements.txt).
 bootstrap: $(STAMP)
+
+bootstrap-dev: $(DEV_STAMP)
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -17,31 +22,35 @@ $(STAMP): requirements.txt
 	$(BIN)/python -m pip install --quiet -r requirements.txt
 	touch $(STAMP)
 
+$(DEV_STAMP): $(STAMP) requirements-dev.txt
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	touch $(DEV_STAMP)
+
 run: bootstrap
 	$(BIN)/python manage.py migrate --noinput -v0
 	$(BIN)/python manage.py runlocal --host $(HOST) --port $(PORT) --workspace ./workspace
 
-test: bootstrap
+test: bootstrap-dev
 	$(BIN)/python -m pytest
 ifeq ($(CI),true)
 	$(MAKE) test-postgres
 endif
 
 # The API suite once more on PostgreSQL (CI does this after the main run).
-test-postgres: bootstrap
+test-postgres: bootstrap-dev
 	DATABASE_URL=$(PG_TEST_URL) $(BIN)/python -m pytest tests/api -p no:cacheprovider
 
 demo: bootstrap
 	$(BIN)/python -m scripts.demo
 
-bench: bootstrap
+bench: bootstrap-dev
 	$(BIN)/python bench/relay.py
 	$(BIN)/python bench/turn.py
 	$(BIN)/python bench/turn.py --scale-out --turns 20
 	$(BIN)/python bench/stream.py
 	$(BIN)/python bench/channel_layers.py
 
-lint: bootstrap
+lint: bootstrap-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy omnigent_site omnigent_runner sessions runners workspaces scripts testing
