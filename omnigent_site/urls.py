@@ -1,16 +1,21 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from .api_root import ApiRootView
 from .errors import not_found_view
 from .health import health
 
 urlpatterns = [
+    # Until the web page has a home here, a browser opening the server lands on the API.
+    path("", RedirectView.as_view(pattern_name="api-root", permanent=False)),
     path("health", health, name="health"),
     path("admin/", admin.site.urls),
     path("api-auth/", include("rest_framework.urls")),
     path("v1/schema", SpectacularAPIView.as_view(), name="schema"),
     path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("v1/", ApiRootView.as_view(), name="api-root"),
     path("v1/", include("sessions.urls")),
     path("v1/", include("runners.urls")),
     path("v1/", include("workspaces.urls")),

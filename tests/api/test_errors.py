@@ -22,7 +22,7 @@ def template(client_for, make_bundle) -> str:
 
 
 @pytest.mark.parametrize(
-    "path", ["/v1/nope", "/v1/sessions/conv_x/nope", "/v1/", "/v1/sessions/", "/v1/me/extra"]
+    "path", ["/v1/nope", "/v1/sessions/conv_x/nope", "/v1/sessions/", "/v1/me/extra"]
 )
 def test_unknown_v1_route_is_a_json_404(client_for, path) -> None:
     error = assert_error(client_for(ALICE).get(path), 404, "not_found")
