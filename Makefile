@@ -8,7 +8,7 @@ PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/test
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-postgres demo bench lint bootstrap bootstrap-dev
+.PHONY: run test test-postgres demo bench lint bootstrap bootstrap-dev runner-wheel
 
 # `make run` installs the runtime set only; tests, linters and benchmarks add the
 # development set (requirements-dev.txt includes requirements.txt).
@@ -55,3 +55,11 @@ lint: bootstrap-dev
 	$(BIN)/ruff check .
 	$(BIN)/mypy omnigent_site omnigent_runner sessions runners workspaces scripts testing
 	$(BIN)/lint-imports
+
+# The runner as a wheel in dist/ (pyproject.toml): `pip install dist/omnigent_runner-*.whl`
+# on a machine that has only Python, then `omnigent-runner`.
+runner-wheel: bootstrap
+	rm -rf dist/omnigent_runner-*.whl build/
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist .
+	rm -rf build/ omnigent_runner.egg-info/
+	@ls dist/omnigent_runner-*.whl

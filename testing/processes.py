@@ -194,7 +194,10 @@ def start_runner(
     log_dir: Path,
     extra_env: dict[str, str] | None = None,
     name: str = "runner",
+    command: list[str] | None = None,
 ) -> Runner:
+    """Start the runner program (``command``: another way to start it, e.g. the wheel's
+    ``omnigent-runner`` script) and wait until the server reports it online."""
     env = base_env(
         RUNNER_SERVER_URL=server.url,
         OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN=token,
@@ -202,7 +205,8 @@ def start_runner(
         OMNIGENT_RUNNER_PARENT_PID=str(os.getpid()),
         **(extra_env or {}),
     )
-    process = spawn(name, [sys.executable, "-m", "omnigent_runner"], env=env, log_dir=log_dir)
+    argv = command or [sys.executable, "-m", "omnigent_runner"]
+    process = spawn(name, argv, env=env, log_dir=log_dir)
     runner = Runner(runner_id=runner_id, token=token, workspace=workspace, process=process, env=env)
     wait_runner_online(server, runner_id, process=process)
     return runner
