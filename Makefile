@@ -7,6 +7,10 @@ DEV_STAMP := $(VENV)/.requirements-dev-installed
 PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/test
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# `make run WORKSPACE=~/src/project` runs the local runner on another folder;
+# `make run LLM=mock` answers with the bundled mock LLM (offline, README walkthrough).
+WORKSPACE ?= ./workspace
+LLM ?= env
 
 .PHONY: run test test-postgres demo bench lint bootstrap bootstrap-dev runner-wheel
 
@@ -28,7 +32,7 @@ $(DEV_STAMP): $(STAMP) requirements-dev.txt
 
 run: bootstrap
 	$(BIN)/python manage.py migrate --noinput -v0
-	$(BIN)/python manage.py runlocal --host $(HOST) --port $(PORT) --workspace ./workspace
+	$(BIN)/python manage.py runlocal --host $(HOST) --port $(PORT) --workspace "$(WORKSPACE)" --llm $(LLM)
 
 test: bootstrap-dev
 	$(BIN)/python -m pytest

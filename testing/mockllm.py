@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -104,6 +104,34 @@ def _parse_tool_call(raw: Any) -> ToolCall:
 DEFAULT_REPLY = Reply(text=DEFAULT_TEXT)
 
 
+def describe_reply(reply: Reply) -> str:
+    """One line a person can read: what the mock answered."""
+    if reply.error_status is not None:
+        return f"error {reply.error_status}"
+    calls = ", ".join(f"{call.name}({call.arguments})" for call in reply.tool_calls)
+    text = f"text {reply.text!r}" if reply.text else ""
+    return " and ".join(part for part in (f"tool call {calls}" if calls else "", text) if part)
+
+
+# ``make run LLM=mock``: the README walkthrough's request ("Write hello.txt") gets a
+# ``sys_os_write`` call and then a short reply, as a real model would answer it.
+WALKTHROUGH_MATCH = "hello.txt"
+WALKTHROUGH_TURN: list[JsonDict] = [
+    {
+        "tool_calls": [
+            {
+                "call_id": "call_walkthrough",
+                "name": "sys_os_write",
+                "arguments": {"path": "hello.txt", "content": "Hello from the agent.\n"},
+            }
+        ]
+    },
+    {"text": "I wrote hello.txt."},
+]
+# Enough turns for a person to repeat the walkthrough as often as they like.
+WALKTHROUGH_REPEATS = 100
+
+
 @dataclass
 class _Queue:
     match: str | None
@@ -117,10 +145,12 @@ class ScriptStore:
     clobbers the plain ``default`` (or per-model) queue of the same key.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, announce: Callable[[str], None] | None = None) -> None:
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, str | None], _Queue] = {}
         self._requests: list[JsonDict] = []
+        # Told what each answer was (the CLI's ``--announce`` prints it for a person).
+        self._announce = announce
 
     def configure(
         self, responses: Iterable[Any], *, key: str = DEFAULT_KEY, match: str | None = None
@@ -152,9 +182,10 @@ class ScriptStore:
         """
         with self._lock:
             queue = self._choose_queue(user_text, model)
-            if queue is None or not queue.replies:
-                return DEFAULT_REPLY
-            return queue.replies.popleft()
+            reply = DEFAULT_REPLY if queue is None or not queue.replies else queue.replies.popleft()
+        if self._announce is not None:
+            self._announce(f"asked {user_text[:60]!r}: answered {describe_reply(reply)}")
+        return reply
 
     def _choose_queue(self, user_text: str, model: str | None) -> _Queue | None:
         for queue in self._queues.values():
@@ -724,8 +755,14 @@ class _Handler(BaseHTTPRequestHandler):
 class MockLLMServer:
     """In-process handle: start/stop the HTTP server and script it without HTTP round-trips."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        self._store = ScriptStore()
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        announce: Callable[[str], None] | None = None,
+    ) -> None:
+        self._store = ScriptStore(announce)
         self._httpd = _MockHTTPServer((host, port), self._store)
         self._thread: threading.Thread | None = None
 
@@ -786,9 +823,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Scripted OpenAI-compatible mock LLM server")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument(
+        "--walkthrough",
+        action="store_true",
+        help="answer the README walkthrough's 'Write hello.txt' with a sys_os_write call",
+    )
+    parser.add_argument(
+        "--announce", action="store_true", help="print one line per answer on stdout"
+    )
     args = parser.parse_args(argv)
 
-    server = MockLLMServer(host=args.host, port=args.port)
+    def announce(line: str) -> None:
+        print(f"mock LLM: {line}", flush=True)
+
+    server = MockLLMServer(
+        host=args.host, port=args.port, announce=announce if args.announce else None
+    )
+    if args.walkthrough:
+        server.configure(WALKTHROUGH_TURN * WALKTHROUGH_REPEATS, match=WALKTHROUGH_MATCH)
     stop_requested = threading.Event()
 
     def _on_signal(_signum: int, _frame: object) -> None:

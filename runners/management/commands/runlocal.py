@@ -8,12 +8,16 @@ across restarts.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +29,11 @@ from omnigent_runner.identity import derive_runner_id, new_binding_token
 from omnigent_site.users import get_or_create_user
 
 HEALTH_DEADLINE_S = 30.0
+MOCK_LLM_DEADLINE_S = 30.0
+STOP_DEADLINE_S = 10.0
+POLL_S = 0.5
+# A child that exits this soon before the stop signal arrives here was stopped by it.
+SIGNAL_RACE_S = 1.0
 
 
 def _is_loopback_host(host: str) -> bool:
@@ -48,6 +57,98 @@ def local_runner_token(path: Path) -> str:
     return token
 
 
+@contextlib.contextmanager
+def terminal_job() -> Iterator[None]:
+    """Run as the terminal's foreground job, as a shell runs a command.
+
+    Ctrl-C signals the terminal's whole foreground process group. Under ``make run``
+    that includes make, which then reports ``*** [run] Interrupt`` and fails even when
+    this command stopped cleanly. In a process group of its own that owns the terminal,
+    Ctrl-C reaches only this command and its children; the terminal goes back to the
+    previous group on the way out. Without a controlling terminal (a script, CI),
+    nothing changes.
+    """
+    try:
+        tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        yield
+        return
+    previous = -1
+    try:
+        foreground = os.tcgetpgrp(tty)
+        if foreground == os.getpgrp():  # in the foreground (not started with &)
+            os.setpgid(0, 0)
+            _set_foreground(tty, os.getpgrp())
+            previous = foreground
+    except OSError:
+        pass
+    try:
+        yield
+    finally:
+        if previous != -1:
+            try:
+                _set_foreground(tty, previous)
+            except OSError:
+                pass
+        os.close(tty)
+
+
+def _set_foreground(tty: int, group: int) -> None:
+    """``tcsetpgrp`` from a background group needs SIGTTOU ignored while it runs."""
+    handler = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        os.tcsetpgrp(tty, group)
+    finally:
+        signal.signal(signal.SIGTTOU, handler)
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+class MockLLM:
+    """The bundled mock LLM as a child process (``--llm mock``), scripted for the README
+    walkthrough; each answer it gives is printed as one line."""
+
+    def __init__(self, host: str, stdout: Any) -> None:
+        self.base_url = ""
+        self._ready = threading.Event()
+        self._stdout = stdout
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "testing.mockllm",
+                "--host",
+                host,
+                "--port",
+                str(_free_port(host)),
+                "--walkthrough",
+                "--announce",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        threading.Thread(target=self._relay_output, name="mock-llm-output", daemon=True).start()
+
+    def _relay_output(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("MOCKLLM_URL="):
+                self.base_url = line.strip().split("=", 1)[1]
+                self._ready.set()
+            else:
+                self._stdout.write(line.rstrip("\n"))
+        self._ready.set()
+
+    def wait_ready(self) -> str:
+        if not self._ready.wait(MOCK_LLM_DEADLINE_S) or not self.base_url:
+            raise CommandError("the mock LLM did not start")
+        return self.base_url
+
+
 class Command(BaseCommand):
     help = "Start daphne on loopback with a connected local runner (the embedded defaults)."
 
@@ -56,8 +157,22 @@ class Command(BaseCommand):
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--workspace", default="./workspace")
         parser.add_argument("--no-runner", action="store_true", help="start only the server")
+        parser.add_argument(
+            "--llm",
+            choices=["env", "mock"],
+            default="env",
+            help=(
+                "env: the runner uses OPENAI_API_KEY / OPENAI_BASE_URL (or the bundle's "
+                "executor.auth); mock: the bundled mock LLM, offline, scripted for the "
+                "README walkthrough"
+            ),
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        with terminal_job():
+            self._run(options)
+
+    def _run(self, options: dict[str, Any]) -> None:
         host, port = options["host"], options["port"]
         if not _is_loopback_host(host):
             # Single-user mode trusts every caller and every loopback runner token.
@@ -71,55 +186,71 @@ class Command(BaseCommand):
         env = {**os.environ, "OMNIGENT_LOCAL_SINGLE_USER": "1"}
         get_or_create_user(settings.OMNIGENT_LOCAL_USER)
 
-        server = subprocess.Popen(
-            [sys.executable, "-m", "omnigent_site.serve", "--host", host, "--port", str(port)],
-            env=env,
-        )
-        children = [server]
+        # Ctrl-C reaches the whole process group: the children stop on their own and
+        # this process stops the rest, in order, and exits 0 with one line. A child
+        # that exits while nobody asked for a stop is an error (exit 1).
+        stop_requested = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop_requested.set())
 
-        def stop(*_: Any) -> None:
-            for child in reversed(children):
-                if child.poll() is None:
-                    child.terminate()
-            for child in children:
-                try:
-                    child.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    child.kill()
-
-        def stop_and_exit(*_: Any) -> None:
-            stop()
-            sys.exit(0)
-
-        signal.signal(signal.SIGTERM, stop_and_exit)
+        children: list[tuple[str, subprocess.Popen[Any]]] = []
         try:
-            self._wait_healthy(base_url, server)
+            server = subprocess.Popen(
+                [sys.executable, "-m", "omnigent_site.serve", "--host", host, "--port", str(port)],
+                env=env,
+            )
+            children.append(("server", server))
+            self._wait_healthy(base_url, server, stop_requested)
             self.stdout.write(f"server: {base_url} (local single-user mode, user 'local')")
             if not options["no_runner"]:
-                token = local_runner_token(Path(settings.BASE_DIR) / "var" / "local-runner-token")
                 runner_env = {
                     **env,
                     "RUNNER_SERVER_URL": base_url,
-                    "OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN": token,
                     "OMNIGENT_RUNNER_WORKSPACE": str(workspace),
                     "OMNIGENT_RUNNER_PARENT_PID": str(os.getpid()),
                 }
-                children.append(
-                    subprocess.Popen([sys.executable, "-m", "omnigent_runner"], env=runner_env)
-                )
+                if options["llm"] == "mock":
+                    mock = MockLLM(host, self.stdout)
+                    children.append(("mock LLM", mock.process))
+                    runner_env["OPENAI_BASE_URL"] = mock.wait_ready()
+                    runner_env["OPENAI_API_KEY"] = "mock"
+                    self.stdout.write(
+                        f"LLM: the bundled mock at {runner_env['OPENAI_BASE_URL']} (offline; "
+                        "it answers 'Write hello.txt' with a sys_os_write call)"
+                    )
+                token = local_runner_token(Path(settings.BASE_DIR) / "var" / "local-runner-token")
+                runner_env["OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN"] = token
+                runner = subprocess.Popen([sys.executable, "-m", "omnigent_runner"], env=runner_env)
+                children.append(("runner", runner))
                 self.stdout.write(f"runner: {derive_runner_id(token)} on {workspace}")
             self.stdout.write("Press Ctrl-C to stop.")
-            while all(child.poll() is None for child in children):
-                time.sleep(0.5)
-            raise CommandError("a child process exited; stopping")
-        except KeyboardInterrupt:
-            pass
+            exited = self._wait_for_exit(children, stop_requested)
         finally:
-            stop()
+            _stop(children)
+        if exited is not None:
+            name, code = exited
+            raise CommandError(f"the {name} exited with code {code}; stopped the rest")
+        self.stdout.write("Stopped.")
 
-    def _wait_healthy(self, base_url: str, server: subprocess.Popen[bytes]) -> None:
+    @staticmethod
+    def _wait_for_exit(
+        children: list[tuple[str, subprocess.Popen[Any]]], stop_requested: threading.Event
+    ) -> tuple[str, int] | None:
+        """Wait for a stop signal (None) or a child's own exit ((name, exit code))."""
+        while not stop_requested.wait(POLL_S):
+            for name, child in children:
+                if child.poll() is not None:
+                    # Ctrl-C stops the children too: give the signal time to arrive here.
+                    if stop_requested.wait(SIGNAL_RACE_S):
+                        return None
+                    return name, int(child.returncode)
+        return None
+
+    def _wait_healthy(
+        self, base_url: str, server: subprocess.Popen[Any], stop_requested: threading.Event
+    ) -> None:
         deadline = time.monotonic() + HEALTH_DEADLINE_S
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not stop_requested.is_set():
             if server.poll() is not None:
                 raise CommandError(f"daphne exited with code {server.returncode}")
             try:
@@ -127,5 +258,19 @@ class Command(BaseCommand):
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(0.2)
+            stop_requested.wait(0.2)
+        if stop_requested.is_set():
+            return
         raise CommandError(f"the server did not become healthy within {HEALTH_DEADLINE_S:g} s")
+
+
+def _stop(children: list[tuple[str, subprocess.Popen[Any]]]) -> None:
+    """Stop the children, newest first (the runner leaves before its server)."""
+    for _name, child in reversed(children):
+        if child.poll() is None:
+            child.terminate()
+        try:
+            child.wait(timeout=STOP_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
