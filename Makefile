@@ -53,6 +53,8 @@ bench: bootstrap-dev
 	$(BIN)/python bench/turn.py --scale-out --turns 20
 	$(BIN)/python bench/stream.py
 	$(BIN)/python bench/channel_layers.py
+	$(BIN)/python bench/protocol.py
+	$(BIN)/python bench/render.py
 
 lint: bootstrap-dev
 	$(BIN)/ruff format --check .

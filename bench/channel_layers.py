@@ -3,7 +3,7 @@
 With more than one daphne process the server needs a Redis channel layer, and the project
 chooses between these two by the numbers below and by their delivery guarantees:
 
-A. ``redis_list``: ``omnigent_site.channel_layer.ScaleOutChannelLayer`` (channels-redis'
+A. ``redis_list``: ``omnigent_site.runtime.channel_layer.ScaleOutChannelLayer`` (channels-redis'
    ``RedisChannelLayer``). A message waits in a Redis sorted set until the receiving
    process pops it, so one sent before the receiver listens, or while its connection is
    briefly down, is kept (up to ``expiry`` seconds and ``capacity`` messages). The price:
@@ -33,7 +33,7 @@ subscribers). They coordinate over a ``multiprocessing`` pipe; every wait has a 
    cannot count as a lost event.
 
 Both layers use Redis db 12 with a random key prefix per run; the run's keys are deleted
-at the end. Django is not configured: of the project only ``omnigent_site.channel_layer``
+at the end. Django is not configured: of the project only ``omnigent_site.runtime.channel_layer``
 is imported, and the statistics come from ``bench/_stats.py``.
 
 Run: ``.venv/bin/python bench/channel_layers.py [-n 500] [--events 200] [--subscribers 100]``.
@@ -67,7 +67,7 @@ from channels_redis.pubsub import RedisPubSubChannelLayer  # noqa: E402
 from redis import asyncio as aioredis  # noqa: E402
 
 from bench._stats import fmt, summary_ms  # noqa: E402
-from omnigent_site.channel_layer import ScaleOutChannelLayer  # noqa: E402
+from omnigent_site.runtime.channel_layer import ScaleOutChannelLayer  # noqa: E402
 from testing.processes import drop_redis_keys  # noqa: E402
 
 REDIS_URL = "redis://127.0.0.1:6379/12"

@@ -23,9 +23,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from omnigent_runner import protocol
 from omnigent_runner.bundles import AgentSpec, BundleError, parse_bundle
 from omnigent_runner.executor import CommandRejected, EventSink
 from omnigent_runner.llm import ClientPool
+from omnigent_runner.protocol import AgentRef, JsonObject
 from omnigent_runner.tools.changes import ChangeTracker
 from omnigent_runner.tools.tracking import make_tracker
 from omnigent_runner.turn import SessionState, TurnRequest, TurnRunner
@@ -63,7 +65,7 @@ class AgentExecutor:
         self._pool = ClientPool(max_retries=llm_max_retries)
         self._sink: EventSink | None = None
         self._sessions: dict[str, SessionState] = {}
-        self._specs: dict[tuple[str, str], AgentSpec] = {}
+        self._specs: dict[tuple[str, int], AgentSpec] = {}
         self._turn_ids: OrderedDict[str, str] = OrderedDict()  # response_id -> session_id
 
     # --- SessionExecutor ----------------------------------------------------------------
@@ -75,7 +77,7 @@ class AgentExecutor:
         return list(self._sessions)
 
     async def open_session(
-        self, *, session_id: str, agent: dict[str, Any], history: list[dict[str, Any]]
+        self, *, session_id: str, agent: AgentRef, history: list[JsonObject]
     ) -> None:
         """Load the agent and history. A bad bundle is remembered, not raised: the
         session opens and each of its turns fails with ``agent_load_failed``."""
@@ -110,7 +112,7 @@ class AgentExecutor:
             session_id=session_id,
             spec=spec,
             load_error=error,
-            history=[item for item in history if isinstance(item, dict)],
+            history=list(history),
             root=root,
             tracker=tracker,
         )
@@ -120,8 +122,8 @@ class AgentExecutor:
         *,
         session_id: str,
         response_id: str,
-        input: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
+        input: list[JsonObject],
+        tools: list[JsonObject],
     ) -> None:
         session = self._sessions.get(session_id)
         if session is None:
@@ -195,20 +197,20 @@ class AgentExecutor:
 
     # --- internals ----------------------------------------------------------------------
 
-    def _emit(self, session_id: str, event: dict[str, Any]) -> None:
+    def _emit(self, session_id: str, event: protocol.AnyEvent) -> None:
         if self._sink is None:
-            logger.warning("no event sink bound; dropping %s", event.get("type"))
+            logger.warning("no event sink bound; dropping %s", protocol.frame_type(event))
             return
         self._sink.emit(session_id, event)
 
-    def _load_agent(self, agent: Mapping[str, Any]) -> tuple[AgentSpec | None, str | None]:
+    def _load_agent(self, agent: AgentRef) -> tuple[AgentSpec | None, str | None]:
         """The parsed spec (cached by agent id and version) or the reason it failed."""
-        key = (str(agent.get("id")), str(agent.get("version")))
+        key = (agent.id, agent.version)
         cached = self._specs.get(key)
         if cached is not None:
             return cached, None
-        encoded = agent.get("bundle_b64")
-        if not isinstance(encoded, str) or not encoded:
+        encoded = agent.bundle_b64
+        if not encoded:
             return None, "session.open carried no agent bundle (bundle_b64)"
         try:
             data = base64.b64decode(encoded, validate=True)
@@ -219,7 +221,7 @@ class AgentExecutor:
         except BundleError as exc:
             return None, f"invalid agent bundle: {exc}"
         except Exception as exc:  # a loader bug must not take the runner down
-            logger.exception("loading agent %s version %s failed", *key)
+            logger.exception("loading agent %s version %s failed", agent.id, agent.version)
             return None, f"loading the agent bundle failed: {type(exc).__name__}: {exc}"
         self._specs[key] = spec
         return spec, None
@@ -253,7 +255,5 @@ class AgentExecutor:
                 logger.error("turn %s crashed", request.response_id, exc_info=task.exception())
             if not runner.finished and not session.closing:
                 # Cancelled while it was already failing or completing: still end it.
-                emit({"type": "response.cancelled", "response_id": request.response_id})
-                emit(
-                    {"type": "session.status", "status": "idle", "response_id": request.response_id}
-                )
+                emit(protocol.ResponseCancelled(response_id=request.response_id))
+                emit(protocol.SessionStatus(status="idle", response_id=request.response_id))

@@ -6,12 +6,17 @@ every session command to a :class:`SessionExecutor` and gives the executor an
 :class:`EventSink` to report what happens. Keeping this seam small lets the agent
 loop be tested without a socket and the tunnel be tested without an LLM.
 
+Commands arrive and events leave as the typed frames of ``omnigent_runner.protocol``;
+the tunnel client turns :class:`CommandRejected` into the ``nack``.
+
 This module imports no Django: the runner runs on machines without the server.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
+
+from omnigent_runner.protocol import AgentRef, AnyEvent, JsonObject
 
 
 class CommandRejected(Exception):
@@ -24,14 +29,14 @@ class CommandRejected(Exception):
 
 
 class EventSink(Protocol):
-    """Where an executor reports session events (``event.type`` payloads of tunnel.md).
+    """Where an executor reports session events (the event payloads of the protocol module).
 
     ``emit`` numbers the event with the session's next ``seq``, keeps it until the
     server acknowledges it, and sends it when the tunnel is up. It never blocks on
     the network, so an executor may call it from its turn task at any time.
     """
 
-    def emit(self, session_id: str, event: dict[str, Any]) -> None: ...
+    def emit(self, session_id: str, event: AnyEvent) -> None: ...
 
 
 class SessionExecutor(Protocol):
@@ -50,17 +55,17 @@ class SessionExecutor(Protocol):
         """Sessions whose state (agent and history) this executor holds."""
 
     async def open_session(
-        self, *, session_id: str, agent: dict[str, Any], history: list[dict[str, Any]]
+        self, *, session_id: str, agent: AgentRef, history: list[JsonObject]
     ) -> None:
-        """``session.open``: load the agent (``{"id", "version", "bundle_b64"}``) and history."""
+        """``session.open``: load the agent and history."""
 
     async def start_turn(
         self,
         *,
         session_id: str,
         response_id: str,
-        input: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
+        input: list[JsonObject],
+        tools: list[JsonObject],
     ) -> None:
         """``turn.start``: start the turn, or queue it behind the running one.
 

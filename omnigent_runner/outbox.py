@@ -11,11 +11,19 @@ Not thread-safe: it is only touched from the tunnel's event loop.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+
+from omnigent_runner.protocol import (
+    AnyEvent,
+    ErrorInfo,
+    EventFrame,
+    SessionStatus,
+    encode_bytes,
+    event_response_id,
+    frame_type,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -26,13 +34,11 @@ TOO_LARGE_CODE = "event_too_large"
 # keep room for the frame's envelope.
 DEFAULT_MAX_EVENT_BYTES = 16 * 1024 * 1024 - 64 * 1024
 
-Frame = dict[str, Any]
-
 
 @dataclass
 class _SessionLog:
     next_seq: int = 1
-    unacked: deque[Frame] = field(default_factory=deque)
+    unacked: deque[EventFrame] = field(default_factory=deque)
     last_response_id: str | None = None
     # Set once the backlog-full failure has been reported in the current overflow; it
     # clears when there is room again.
@@ -67,19 +73,14 @@ class Outbox:
             log = self._sessions[session_id] = _SessionLog()
         return log
 
-    def _store(self, session_id: str, log: _SessionLog, event: dict[str, Any]) -> Frame:
-        frame: Frame = {
-            "type": "event",
-            "session_id": session_id,
-            "seq": log.next_seq,
-            "event": event,
-        }
+    def _store(self, session_id: str, log: _SessionLog, event: AnyEvent) -> EventFrame:
+        frame = EventFrame(session_id=session_id, seq=log.next_seq, event=event)
         log.next_seq += 1
         log.unacked.append(frame)
         self._total += 1
         return frame
 
-    def emit(self, session_id: str, event: dict[str, Any]) -> Frame | None:
+    def emit(self, session_id: str, event: AnyEvent) -> EventFrame | None:
         """Number and keep ``event``; return its frame, or ``None`` if it was dropped.
 
         When the backlog is full the first event refused for a session is replaced by a
@@ -88,9 +89,7 @@ class Outbox:
         """
         event = self._fit(event)
         log = self._log(session_id)
-        response_id = event.get("response_id")
-        if not isinstance(response_id, str):
-            response_id = None
+        response_id = event_response_id(event)
         if response_id is not None:
             log.last_response_id = response_id
             if response_id == log.failed_response_id:
@@ -109,50 +108,49 @@ class Outbox:
             self._total,
             session_id,
         )
-        failure = {
-            "type": "session.status",
-            "status": "failed",
-            "response_id": log.last_response_id,
-            "error": {
-                "code": BACKLOG_FULL_CODE,
-                "message": (
+        failure = SessionStatus(
+            status="failed",
+            response_id=log.last_response_id,
+            error=ErrorInfo(
+                code=BACKLOG_FULL_CODE,
+                message=(
                     f"the runner holds {self._total} events the server has not acknowledged; "
                     "later events of this session were dropped"
                 ),
-            },
-        }
+            ),
+        )
         return self._store(session_id, log, failure)
 
-    def _fit(self, event: dict[str, Any]) -> dict[str, Any]:
+    def _fit(self, event: AnyEvent) -> AnyEvent:
         """An event the server would refuse (too large) becomes a failure it can store.
 
         Sending it would close the tunnel on every resend and wedge the session.
         """
-        size = len(json.dumps(event, separators=(",", ":")).encode("utf-8"))
+        size = len(encode_bytes(event))
         if size <= self._max_event_bytes:
             return event
+        kind = frame_type(event)
         logger.error(
             "event %s of %d bytes exceeds the %d-byte frame limit: reporting the turn failed",
-            event.get("type"),
+            kind,
             size,
             self._max_event_bytes,
         )
-        return {
-            "type": "session.status",
-            "status": "failed",
-            "response_id": event.get("response_id"),
-            "error": {
-                "code": TOO_LARGE_CODE,
-                "message": f"a {event.get('type')} event of {size} bytes exceeds the tunnel's frame limit",
-            },
-        }
+        return SessionStatus(
+            status="failed",
+            response_id=event_response_id(event),
+            error=ErrorInfo(
+                code=TOO_LARGE_CODE,
+                message=f"a {kind} event of {size} bytes exceeds the tunnel's frame limit",
+            ),
+        )
 
     def ack(self, session_id: str, seq: int) -> None:
         """Forget every event of ``session_id`` with ``seq`` at or below ``seq`` (cumulative)."""
         log = self._sessions.get(session_id)
         if log is None:
             return
-        while log.unacked and log.unacked[0]["seq"] <= seq:
+        while log.unacked and log.unacked[0].seq <= seq:
             log.unacked.popleft()
             self._total -= 1
 
@@ -166,6 +164,6 @@ class Outbox:
         log = self._log(session_id)
         log.next_seq = max(log.next_seq, last_acked_seq + 1)
 
-    def pending(self) -> list[Frame]:
+    def pending(self) -> list[EventFrame]:
         """Every unacknowledged frame, in seq order within each session, for a resend."""
         return [frame for log in self._sessions.values() for frame in log.unacked]

@@ -9,25 +9,59 @@ One connection at a time runs two things: the receive loop, which handles frames
 one in arrival order, and a single sender task draining a queue, so that frames (events
 above all) leave in the order they were produced and :meth:`RunnerTunnel.emit` never
 waits on the network.
+
+Frames are built and parsed by ``omnigent_runner.protocol``. A command that is not a
+valid frame but carries an ``id`` gets a ``nack`` (``invalid_command``, or
+``unknown_command`` for a type this runner does not know); see :meth:`_reject`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION
 from omnigent_runner.config import RunnerConfig
 from omnigent_runner.executor import CommandRejected, SessionExecutor
-from omnigent_runner.outbox import DEFAULT_MAX_UNACKED, Frame, Outbox
+from omnigent_runner.outbox import DEFAULT_MAX_UNACKED, Outbox
+from omnigent_runner.protocol import (
+    COMMAND_TYPES,
+    INVALID,
+    SERVER_FRAME_TYPES,
+    UNKNOWN_TYPE,
+    Ack,
+    AnyCommand,
+    AnyEvent,
+    ErrorInfo,
+    EventAck,
+    Frame,
+    Hello,
+    Nack,
+    Ping,
+    Pong,
+    ProtocolError,
+    Rpc,
+    RpcResult,
+    ServerFrame,
+    SessionClose,
+    SessionOpen,
+    ToolResult,
+    TurnInterrupt,
+    TurnStart,
+    Welcome,
+    decode_server_frame,
+    encode,
+    encode_bytes,
+    frame_type,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +86,10 @@ CLOSE_BAD_HELLO = 4001
 CLOSE_BAD_PROTOCOL = 4002
 CLOSE_HEARTBEAT = 4003
 
-_Handler = Callable[[dict[str, Any]], Awaitable[None]]
+# The nack code for a command that is not a valid frame, by ProtocolError code.
+NACK_CODES = {INVALID: "invalid_command", UNKNOWN_TYPE: "unknown_command"}
+
+_Reply = Callable[[Frame], None]
 
 
 class _Fatal(Exception):
@@ -70,23 +107,6 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _require(frame: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-    """Return ``frame[key]`` or reject the command, so a malformed command gets a nack."""
-    value = frame.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool):
-        raise CommandRejected("invalid_command", f"{frame.get('type')} needs a valid {key!r}")
-    return value
-
-
-def _optional_list(frame: dict[str, Any], key: str) -> list[Any]:
-    value = frame.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise CommandRejected("invalid_command", f"{frame.get('type')}: {key!r} must be a list")
-    return value
-
-
 class RunnerTunnel:
     """Keeps one runner connected to its server; the executor's :class:`EventSink`."""
 
@@ -99,7 +119,7 @@ class RunnerTunnel:
         capabilities: dict[str, Any] | None = None,
         backoff_initial: float = 0.5,
         backoff_max: float = 10.0,
-        hello_extra: dict[str, Any] | None = None,
+        hello_extra: dict[str, Any] | None = None,  # overrides hello fields (tests)
         max_unacked: int = DEFAULT_MAX_UNACKED,
         open_timeout: float = 10.0,
         close_timeout: float = 5.0,
@@ -128,19 +148,11 @@ class RunnerTunnel:
         # The live connection's send queue; None while not connected and welcomed.
         self._live: asyncio.Queue[Frame] | None = None
         self._shutdown_task: asyncio.Future[None] | None = None
-
-        self._commands: dict[str, _Handler] = {
-            "session.open": self._open_session,
-            "turn.start": self._start_turn,
-            "tool_result": self._tool_result,
-            "turn.interrupt": self._interrupt,
-            "session.close": self._close_session,
-        }
         executor.bind(self)
 
     # ----------------------------------------------------------------- EventSink
 
-    def emit(self, session_id: str, event: dict[str, Any]) -> None:
+    def emit(self, session_id: str, event: AnyEvent) -> None:
         """Number and keep ``event``; send it now if the tunnel is up. Never blocks.
 
         Safe to call from another thread: the work is handed to the tunnel's loop.
@@ -156,7 +168,7 @@ class RunnerTunnel:
                 return
         self._emit(session_id, event)
 
-    def _emit(self, session_id: str, event: dict[str, Any]) -> None:
+    def _emit(self, session_id: str, event: AnyEvent) -> None:
         frame = self._outbox.emit(session_id, event)
         if frame is not None and self._live is not None:
             self._live.put_nowait(frame)
@@ -322,17 +334,17 @@ class RunnerTunnel:
 
     async def _converse(self, ws: ClientConnection) -> None:
         """Handshake, resend what the server lacks, then serve frames until the end."""
-        hello: Frame = {
-            "type": "hello",
-            "protocol": PROTOCOL_VERSION,
-            "runner_version": RUNNER_VERSION,
-            "workspace": self._workspace_info,
-            "capabilities": self._capabilities,
-            "open_sessions": self._open_session_ids(),
-            **self._hello_extra,
-        }
+        hello = Hello(
+            protocol=PROTOCOL_VERSION,
+            runner_version=RUNNER_VERSION,
+            workspace=self._workspace_info,
+            capabilities=self._capabilities,
+            open_sessions=self._open_session_ids(),
+        )
+        if self._hello_extra:
+            hello = msgspec.structs.replace(hello, **self._hello_extra)
         async with asyncio.timeout(self._send_timeout):
-            await ws.send(json.dumps(hello))
+            await ws.send(encode(hello))
         heartbeat_s = await self._await_welcome(ws)
         if heartbeat_s is None:
             return
@@ -364,54 +376,43 @@ class RunnerTunnel:
             return []
 
     async def _await_welcome(self, ws: ClientConnection) -> float | None:
-        """Wait (with a deadline) for ``welcome``; apply it and return the heartbeat."""
+        """Wait (with a deadline) for ``welcome``; apply it and return the heartbeat.
+
+        Anything else before it is ignored, except ``ping``; an invalid ``welcome`` is
+        ignored like any invalid frame, so the deadline passes and the runner dials again.
+        """
         try:
             async with asyncio.timeout(self._open_timeout):
                 while True:
                     frame = self._parse(await ws.recv())
-                    if frame is None:
-                        continue
-                    if frame["type"] == "welcome":
+                    if isinstance(frame, Welcome):
                         break
-                    if frame["type"] == "ping":
-                        await ws.send(json.dumps({"type": "pong", "ts": frame.get("ts")}))
-                    else:
-                        logger.warning("ignoring %r frame received before welcome", frame["type"])
+                    if isinstance(frame, Ping):
+                        await ws.send(encode(Pong(ts=frame.ts)))
+                    elif frame is not None:
+                        logger.warning(
+                            "ignoring %r frame received before welcome", frame_type(frame)
+                        )
         except TimeoutError:
             logger.warning("no welcome from the server within %.1f s", self._open_timeout)
             return None
 
-        if frame.get("runner_id") != self._config.runner_id:
+        if frame.runner_id != self._config.runner_id:
             logger.warning(
-                "welcome names runner %r, expected %r",
-                frame.get("runner_id"),
-                self._config.runner_id,
+                "welcome names runner %r, expected %r", frame.runner_id, self._config.runner_id
             )
-        heartbeat_s = frame.get("heartbeat_s")
-        if (
-            not isinstance(heartbeat_s, int | float)
-            or isinstance(heartbeat_s, bool)
-            or heartbeat_s <= 0
-        ):
-            heartbeat_s = DEFAULT_HEARTBEAT_S
-        sessions = frame.get("sessions")
-        for entry in sessions if isinstance(sessions, list) else []:
-            session_id = entry.get("session_id") if isinstance(entry, dict) else None
-            last = entry.get("last_acked_seq") if isinstance(entry, dict) else None
-            if isinstance(session_id, str) and isinstance(last, int) and not isinstance(last, bool):
-                self._outbox.resync(session_id, last)
-            else:
-                logger.warning("ignoring malformed welcome session entry %r", entry)
-        return float(heartbeat_s)
+        for cursor in frame.sessions:
+            self._outbox.resync(cursor.session_id, cursor.last_acked_seq)
+        return float(frame.heartbeat_s)
 
     async def _send_loop(self, ws: ClientConnection, queue: asyncio.Queue[Frame]) -> None:
         """The only writer after the handshake, so frames leave in queue order."""
         while True:
             frame = await queue.get()
             try:
-                text = json.dumps(frame)
-            except (TypeError, ValueError) as exc:
-                logger.error("dropping %r frame that is not JSON: %s", frame.get("type"), exc)
+                text = encode(frame)
+            except ProtocolError as exc:
+                logger.error("dropping a frame that cannot be encoded: %s", exc)
                 continue
             try:
                 async with asyncio.timeout(self._send_timeout):
@@ -439,128 +440,129 @@ class RunnerTunnel:
             except TimeoutError:
                 logger.warning("no frame from the server for %.1f s; reconnecting", silence_limit)
                 return
-            frame = self._parse(raw)
-            if frame is not None:
-                await self._dispatch(frame, queue.put_nowait)
+            if isinstance(raw, bytes):
+                logger.warning("ignoring a binary message (%d bytes)", len(raw))
+                continue
+            try:
+                frame = decode_server_frame(raw)
+            except ProtocolError as exc:
+                self._reject(exc, queue.put_nowait)
+                continue
+            await self._dispatch(frame, queue.put_nowait)
 
     @staticmethod
-    def _parse(raw: str | bytes) -> dict[str, Any] | None:
-        """Decode a text frame into a typed JSON object; anything else is logged and ignored."""
+    def _parse(raw: str | bytes) -> ServerFrame | None:
+        """Decode a frame before ``welcome``; anything invalid is logged and ignored."""
         if isinstance(raw, bytes):
             logger.warning("ignoring a binary message (%d bytes)", len(raw))
             return None
         try:
-            frame = json.loads(raw)
-        except ValueError:
-            logger.warning("ignoring a malformed frame (not JSON, %d chars)", len(raw))
+            return decode_server_frame(raw)
+        except ProtocolError as exc:
+            logger.warning("ignoring an invalid frame: %s", exc)
             return None
-        if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-            logger.warning("ignoring a frame without a type")
-            return None
-        return frame
 
     # -------------------------------------------------------------------- frames
 
-    async def _dispatch(self, frame: dict[str, Any], reply: Callable[[Frame], None]) -> None:
-        kind = frame["type"]
-        if kind == "ping":
-            reply({"type": "pong", "ts": frame.get("ts")})
-        elif kind == "event.ack":
-            session_id, seq = frame.get("session_id"), frame.get("seq")
-            if isinstance(session_id, str) and isinstance(seq, int) and not isinstance(seq, bool):
-                self._outbox.ack(session_id, seq)
-            else:
-                logger.warning("ignoring malformed event.ack")
-        elif kind == "rpc":
-            await self._rpc(frame, reply)
-        elif kind in self._commands:
-            await self._command(frame, self._commands[kind], reply)
-        else:
-            logger.warning("ignoring unknown frame type %r", kind)
+    @staticmethod
+    def _reject(exc: ProtocolError, reply: _Reply) -> None:
+        """The one answer to a frame that is not a valid frame.
 
-    async def _command(
-        self, frame: dict[str, Any], handler: _Handler, reply: Callable[[Frame], None]
-    ) -> None:
+        A command (a known command type, or a type this runner does not know) that
+        carries an ``id`` gets a ``nack`` with ``invalid_command`` or ``unknown_command``
+        (an ``rpc`` gets its ``rpc.result`` error instead), so the server's caller learns
+        at once rather than at its deadline. Anything else is logged and ignored.
+        """
+        kind = exc.frame_type
+        is_command = kind in COMMAND_TYPES or (kind is not None and kind not in SERVER_FRAME_TYPES)
+        code = NACK_CODES.get(exc.code)
+        if exc.frame_id is None or not is_command or code is None:
+            logger.warning("ignoring an invalid frame: %s", exc)
+            return
+        logger.warning("rejecting command %r: %s", exc.frame_id, exc)
+        error = ErrorInfo(code=code, message=str(exc))
+        if kind == "rpc":
+            reply(RpcResult(id=exc.frame_id, ok=False, error=error))
+        else:
+            reply(Nack(id=exc.frame_id, error=error))
+
+    async def _dispatch(self, frame: ServerFrame, reply: _Reply) -> None:
+        if isinstance(frame, Ping):
+            reply(Pong(ts=frame.ts))
+        elif isinstance(frame, EventAck):
+            self._outbox.ack(frame.session_id, frame.seq)
+        elif isinstance(frame, Rpc):
+            await self._rpc(frame, reply)
+        elif isinstance(frame, Welcome):
+            logger.warning("ignoring a welcome after the handshake")
+        else:
+            await self._command(frame, reply)
+
+    async def _command(self, command: AnyCommand, reply: _Reply) -> None:
         """Run one command and answer ``ack`` or ``nack``; a failure never ends the tunnel."""
-        command_id = frame.get("id")
+        command_id = command.id
+        kind = frame_type(command)
         if command_id is None:
-            logger.warning("ignoring %r command without an id", frame["type"])
+            logger.warning("ignoring %r command without an id", kind)
             return
         try:
-            await handler(frame)
+            await self._execute(command)
         except CommandRejected as exc:
-            reply(
-                {
-                    "type": "nack",
-                    "id": command_id,
-                    "error": {"code": exc.code, "message": exc.message},
-                }
-            )
+            reply(Nack(id=command_id, error=ErrorInfo(code=exc.code, message=exc.message)))
         except Exception as exc:
-            logger.exception("%s command %r failed", frame["type"], command_id)
-            reply(
-                {
-                    "type": "nack",
-                    "id": command_id,
-                    "error": {"code": "internal_error", "message": str(exc)},
-                }
-            )
+            logger.exception("%s command %r failed", kind, command_id)
+            reply(Nack(id=command_id, error=ErrorInfo(code="internal_error", message=str(exc))))
         else:
-            reply({"type": "ack", "id": command_id})
+            reply(Ack(id=command_id))
 
-    async def _rpc(self, frame: dict[str, Any], reply: Callable[[Frame], None]) -> None:
-        rpc_id = frame.get("id")
-        if rpc_id is None:
+    async def _execute(self, command: AnyCommand) -> None:
+        """Hand a command to the executor; raise :class:`CommandRejected` to nack it."""
+        executor = self._executor
+        if isinstance(command, SessionOpen):
+            if command.last_acked_seq is not None:
+                # A session bound while connected (or bound again) continues the server's
+                # numbering, so its events are not taken for duplicates.
+                self._outbox.resync(command.session_id, command.last_acked_seq)
+            await executor.open_session(
+                session_id=command.session_id, agent=command.agent, history=command.history
+            )
+        elif isinstance(command, TurnStart):
+            await executor.start_turn(
+                session_id=command.session_id,
+                response_id=command.response_id,
+                input=command.input,
+                tools=command.tools,
+            )
+        elif isinstance(command, ToolResult):
+            await executor.tool_result(
+                session_id=command.session_id,
+                call_id=command.call_id,
+                output=command.output_text(),
+            )
+        elif isinstance(command, TurnInterrupt):
+            await executor.interrupt(session_id=command.session_id)
+        elif isinstance(command, SessionClose):
+            await executor.close_session(session_id=command.session_id)
+        else:
+            # policy.update, approval.verdict: defined by the protocol, not yet run here.
+            raise CommandRejected(
+                "unsupported_command", f"this runner does not support {frame_type(command)!r}"
+            )
+
+    async def _rpc(self, frame: Rpc, reply: _Reply) -> None:
+        if frame.id is None:
             logger.warning("ignoring rpc without an id")
             return
         try:
-            method = _require(frame, "method", str)
-            params = frame.get("params") or {}
-            if not isinstance(params, dict):
-                raise CommandRejected("invalid_command", "rpc: 'params' must be an object")
-            result = await self._executor.rpc(method=method, params=params)
-            json.dumps(result)  # fail here, as an rpc error, rather than in the sender
+            result = await self._executor.rpc(method=frame.method, params=frame.params)
+            answer = RpcResult(id=frame.id, ok=True, result=result)
+            encode_bytes(answer)  # fail here, as an rpc error, rather than in the sender
         except CommandRejected as exc:
-            error = {"code": exc.code, "message": exc.message}
+            error = ErrorInfo(code=exc.code, message=exc.message)
         except Exception as exc:
-            logger.exception("rpc %r failed", frame.get("method"))
-            error = {"code": "internal_error", "message": str(exc)}
+            logger.exception("rpc %r failed", frame.method)
+            error = ErrorInfo(code="internal_error", message=str(exc))
         else:
-            reply({"type": "rpc.result", "id": rpc_id, "ok": True, "result": result})
+            reply(answer)
             return
-        reply({"type": "rpc.result", "id": rpc_id, "ok": False, "error": error})
-
-    async def _open_session(self, frame: dict[str, Any]) -> None:
-        session_id = _require(frame, "session_id", str)
-        last_acked = frame.get("last_acked_seq")
-        if isinstance(last_acked, int) and not isinstance(last_acked, bool) and last_acked >= 0:
-            # A session bound while connected (or bound again) continues the server's
-            # numbering, so its events are not taken for duplicates.
-            self._outbox.resync(session_id, last_acked)
-        await self._executor.open_session(
-            session_id=session_id,
-            agent=_require(frame, "agent", dict),
-            history=_optional_list(frame, "history"),
-        )
-
-    async def _start_turn(self, frame: dict[str, Any]) -> None:
-        await self._executor.start_turn(
-            session_id=_require(frame, "session_id", str),
-            response_id=_require(frame, "response_id", str),
-            input=_optional_list(frame, "input"),
-            tools=_optional_list(frame, "tools"),
-        )
-
-    async def _tool_result(self, frame: dict[str, Any]) -> None:
-        output = frame.get("output")
-        await self._executor.tool_result(
-            session_id=_require(frame, "session_id", str),
-            call_id=_require(frame, "call_id", str),
-            output=output if isinstance(output, str) else json.dumps(output),
-        )
-
-    async def _interrupt(self, frame: dict[str, Any]) -> None:
-        await self._executor.interrupt(session_id=_require(frame, "session_id", str))
-
-    async def _close_session(self, frame: dict[str, Any]) -> None:
-        await self._executor.close_session(session_id=_require(frame, "session_id", str))
+        reply(RpcResult(id=frame.id, ok=False, error=error))

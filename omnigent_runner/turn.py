@@ -22,6 +22,7 @@ from typing import Any
 
 import openai
 
+from omnigent_runner import protocol
 from omnigent_runner.bundles import AgentSpec
 from omnigent_runner.llm import ClientPool, FunctionCall, LLMError, ModelRequest, call_model
 from omnigent_runner.tools import sys_os
@@ -31,7 +32,7 @@ from omnigent_runner.transcript import merge_tools
 logger = logging.getLogger(__name__)
 
 Item = dict[str, Any]
-Emit = Callable[[dict[str, Any]], None]
+Emit = Callable[[protocol.AnyEvent], None]
 
 DEFAULT_MODEL = "gpt-4o-mini"
 
@@ -112,7 +113,7 @@ class TurnRunner:
     async def run(self) -> None:
         logger.info("turn %s of session %s started", self._rid, self.session.session_id)
         self._status("running")
-        self._emit({"type": "response.created", "response_id": self._rid})
+        self._emit(protocol.ResponseCreated(response_id=self._rid))
         timer: asyncio.Timeout | None = None
         try:
             self._add_input()
@@ -123,7 +124,7 @@ class TurnRunner:
         except asyncio.CancelledError:
             if not self.session.closing:
                 self._settle_unanswered("the turn was cancelled before the tool finished")
-                self._finish({"type": "response.cancelled", "response_id": self._rid}, "idle")
+                self._finish(protocol.ResponseCancelled(response_id=self._rid), "idle")
             raise
         except TimeoutError:
             if timer is None or not timer.expired():
@@ -139,7 +140,7 @@ class TurnRunner:
             await self._fail("internal_error", f"{type(exc).__name__}: {exc}")
         else:
             await self._report_turn_end()
-            self._finish({"type": "response.completed", "response_id": self._rid}, "idle")
+            self._finish(protocol.ResponseCompleted(response_id=self._rid), "idle")
 
     def _spec(self) -> AgentSpec:
         if self.session.spec is None:
@@ -152,15 +153,12 @@ class TurnRunner:
         logger.info("turn %s failed: %s: %s", self._rid, code, message)
         self._settle_unanswered(f"the turn failed before the tool finished ({code})")
         await self._report_turn_end()
-        error = {"code": code, "message": message}
-        self._finish(
-            {"type": "response.failed", "response_id": self._rid, "error": error}, "failed"
-        )
+        error = protocol.ErrorInfo(code=code, message=message)
+        self._finish(protocol.ResponseFailed(response_id=self._rid, error=error), "failed")
 
-    def _finish(self, terminal: dict[str, Any], status: str) -> None:
+    def _finish(self, terminal: protocol.TurnEnd, status: protocol.StatusName) -> None:
         self._emit(terminal)
-        extra = {"error": terminal["error"]} if "error" in terminal else {}
-        self._status(status, **extra)
+        self._status(status, error=terminal.error)
         self.finished = True
 
     async def _report_turn_end(self) -> None:
@@ -173,7 +171,7 @@ class TurnRunner:
             logger.exception("change tracking failed at the end of turn %s", self._rid)
             return
         if payload is not None:
-            self._emit({"type": "workspace.changes", **payload})
+            self._emit(protocol.workspace_changes(payload))
 
     def _settle_unanswered(self, reason: str) -> None:
         """Give every built-in call already reported done an (error) output.
@@ -275,7 +273,7 @@ class TurnRunner:
                 result, changes = {"error": f"unknown tool '{call.name}'"}, None
             self._output(call, json.dumps(result, ensure_ascii=False))
             if changes is not None:
-                self._emit({"type": "workspace.changes", **changes})
+                self._emit(protocol.workspace_changes(changes))
         if parked:
             await self._wait_for_client(parked)
 
@@ -347,21 +345,16 @@ class TurnRunner:
         self._emit_item(item)
 
     def _emit_item(self, item: Item) -> None:
-        self._emit({"type": "response.output_item.done", "response_id": self._rid, "item": item})
+        self._emit(protocol.OutputItemDone(response_id=self._rid, item=item))
 
     def _delta(self, item_id: str, delta: str) -> None:
-        self._emit(
-            {
-                "type": "response.output_text.delta",
-                "response_id": self._rid,
-                "item_id": item_id,
-                "delta": delta,
-            }
-        )
+        self._emit(protocol.OutputTextDelta(response_id=self._rid, item_id=item_id, delta=delta))
 
-    def _status(self, status: str, **extra: Any) -> None:
-        self._emit({"type": "session.status", "status": status, "response_id": self._rid, **extra})
+    def _status(
+        self, status: protocol.StatusName, *, error: protocol.ErrorInfo | None = None
+    ) -> None:
+        self._emit(protocol.SessionStatus(status=status, response_id=self._rid, error=error))
 
-    def _emit(self, event: dict[str, Any]) -> None:
+    def _emit(self, event: protocol.AnyEvent) -> None:
         if not self.session.closing:
             self._emit_raw(event)

@@ -1,4 +1,8 @@
-"""One error format for every 4xx/5xx: ``{"error": {"code", "message"}}`` (http-api.md)."""
+"""One error format for every 4xx/5xx: ``{"error": {"code", "message"}}`` (http-api.md).
+
+The shape is ``omnigent_site.shapes.ErrorBody``; every error body is built by
+``error_body`` so that the shape the schema documents is the one rendered.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from .domain_errors import DomainError, PayloadTooLarge
+from .shapes import ErrorBody, ErrorDetail
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +39,16 @@ _CODES: dict[int, str] = {
 }
 
 
-def error_body(status_code: int, message: str, **extra: Any) -> dict[str, Any]:
-    code = _CODES.get(status_code, "internal_error" if status_code >= 500 else "invalid_input")
-    return {"error": {"code": code, "message": message, **extra}}
+def error_body(
+    status_code: int, message: str, *, code: str | None = None, fields: Any = None
+) -> ErrorBody:
+    """The error format; ``code`` defaults to the status code's, ``fields`` is optional."""
+    if code is None:
+        code = _CODES.get(status_code, "internal_error" if status_code >= 500 else "invalid_input")
+    detail: ErrorDetail = {"code": code, "message": message}
+    if fields is not None:
+        detail["fields"] = fields
+    return {"error": detail}
 
 
 def _first_message(detail: Any, path: str = "") -> str:
@@ -58,9 +70,13 @@ def _first_message(detail: Any, path: str = "") -> str:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, DomainError):
         set_rollback()
-        extra: dict[str, Any] = {"fields": {exc.field: [exc.message]}} if exc.field else {}
         return Response(
-            {"error": {"code": exc.code, "message": exc.public_message, **extra}},
+            error_body(
+                exc.http_status,
+                exc.public_message,
+                code=exc.code,
+                fields={exc.field: [exc.message]} if exc.field else None,
+            ),
             status=exc.http_status,
         )
     if isinstance(exc, Http404):
@@ -88,11 +104,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if getattr(exc, "wait", None):
         headers["Retry-After"] = str(int(exc.wait))  # type: ignore[attr-defined]
 
-    extra = {}
+    fields = None
     if isinstance(exc, exceptions.ValidationError):
         message = _first_message(exc.detail)
         if isinstance(exc.detail, dict):
-            extra["fields"] = exc.detail
+            fields = exc.detail
     elif isinstance(exc, exceptions.ParseError):
         message = str(exc.detail)
     else:
@@ -103,7 +119,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         # DRF answers 403 when no authenticator names a scheme; our clients expect 401.
         status_code = 401
     set_rollback()
-    return Response(error_body(status_code, message, **extra), status=status_code, headers=headers)
+    return Response(
+        error_body(status_code, message, fields=fields), status=status_code, headers=headers
+    )
 
 
 def json_error(status_code: int, message: str) -> JsonResponse:

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db.models import Model, Q, QuerySet
 from rest_framework.exceptions import ValidationError
 
+from .shapes import CursorPage
+
 MAX_LIMIT = 1000
+
+Row = TypeVar("Row")
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,8 @@ class Page:
     objects: list[Any]
     has_more: bool
 
-    def body(self, render: Callable[[Any], dict[str, Any]], id_of: Callable[[Any], str]) -> dict:
+    def body(self, render: Callable[[Any], Row], id_of: Callable[[Any], str]) -> CursorPage[Row]:
+        """The list envelope (``omnigent_site.shapes.CursorPage``) with one rendered row per object."""
         data = [render(obj) for obj in self.objects]
         return {
             "object": "list",

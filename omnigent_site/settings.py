@@ -8,8 +8,8 @@ scaled-out deployment. docs/configuration.md lists every variable.
 from __future__ import annotations
 
 import ipaddress
-import logging
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,6 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-log = logging.getLogger("omnigent_site")
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -49,18 +48,39 @@ def env_list(name: str, default: list[str]) -> list[str]:
 
 
 DEBUG = env_bool("DJANGO_DEBUG", True)
-_DEV_SECRET = "dev-insecure-secret-key-change-me-0123456789abcdefghijklmnopqrstuvwxyz"
+DATA_DIR = Path(os.environ.get("OMNIGENT_DATA_DIR", str(BASE_DIR / "var" / "data")))
+
+
+def local_secret_key(path: Path) -> str:
+    """A random key made once for this data folder (mode 0600) and read back after.
+
+    Without ``DJANGO_SECRET_KEY`` a development server still gets a key nobody else
+    knows, and logins survive restarts; every process of the same setup (migrate,
+    runlocal, daphne) reads the same file, and none of them warns about it.
+    """
+    try:
+        return path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(50)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process of the same setup made it first
+        return path.read_text(encoding="ascii").strip()
+    with os.fdopen(fd, "w", encoding="ascii") as file:
+        file.write(key + "\n")
+    return key
+
+
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
         raise ImproperlyConfigured("DJANGO_SECRET_KEY is required when DJANGO_DEBUG=0")
-    SECRET_KEY = _DEV_SECRET
-    if not os.environ.get("PYTEST_VERSION"):
-        log.warning("DJANGO_SECRET_KEY is not set: using the insecure development key")
+    SECRET_KEY = local_secret_key(DATA_DIR / "secret-key")
 
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
 
-DATA_DIR = Path(os.environ.get("OMNIGENT_DATA_DIR", str(BASE_DIR / "var" / "data")))
 
 INSTALLED_APPS = [
     "daphne",
@@ -80,15 +100,15 @@ INSTALLED_APPS = [
 ]
 
 # Django's standard middleware, with hooks that run inline under ASGI
-# (omnigent_site/middleware.py explains why).
+# (omnigent_site/runtime/middleware.py explains why).
 MIDDLEWARE = [
-    "omnigent_site.middleware.InlineSecurityMiddleware",
-    "omnigent_site.middleware.InlineSessionMiddleware",
-    "omnigent_site.middleware.InlineCommonMiddleware",
-    "omnigent_site.middleware.InlineCsrfViewMiddleware",
-    "omnigent_site.middleware.InlineAuthenticationMiddleware",
-    "omnigent_site.middleware.InlineMessageMiddleware",
-    "omnigent_site.middleware.InlineXFrameOptionsMiddleware",
+    "omnigent_site.runtime.middleware.InlineSecurityMiddleware",
+    "omnigent_site.runtime.middleware.InlineSessionMiddleware",
+    "omnigent_site.runtime.middleware.InlineCommonMiddleware",
+    "omnigent_site.runtime.middleware.InlineCsrfViewMiddleware",
+    "omnigent_site.runtime.middleware.InlineAuthenticationMiddleware",
+    "omnigent_site.runtime.middleware.InlineMessageMiddleware",
+    "omnigent_site.runtime.middleware.InlineXFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "omnigent_site.urls"
@@ -115,7 +135,7 @@ _database_url = os.environ.get("DATABASE_URL", "") or _default_db
 DATABASES = {
     "default": dj_database_url.parse(
         _database_url,
-        # Request threads are pooled (omnigent_site/handler.py), so a kept connection is
+        # Request threads are pooled (omnigent_site/runtime/handler.py), so a kept connection is
         # used again by later requests. SQLite keeps its connections by default; a
         # PostgreSQL connection goes back to the pool below after each database call.
         conn_max_age=env_int(
@@ -159,7 +179,7 @@ def scale_out_channel_layer(url: str) -> dict[str, Any]:
     that outlasts the layer's 5 s blocking receive (redis-py's default is 5 s too), yet
     still bounds a read on a dead connection."""
     return {
-        "BACKEND": "omnigent_site.channel_layer.ScaleOutChannelLayer",
+        "BACKEND": "omnigent_site.runtime.channel_layer.ScaleOutChannelLayer",
         "CONFIG": {
             "hosts": [
                 {
@@ -182,7 +202,7 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "omnigent_site.channel_layer.EmbeddedChannelLayer",
+            "BACKEND": "omnigent_site.runtime.channel_layer.EmbeddedChannelLayer",
             "CONFIG": {"capacity": 1000, "expiry": 60},
         }
     }
@@ -227,7 +247,10 @@ OMNIGENT_HEARTBEAT_S = env_float("OMNIGENT_HEARTBEAT_S", 20.0)
 OMNIGENT_HELLO_TIMEOUT_S = env_float("OMNIGENT_HELLO_TIMEOUT_S", 10.0)
 OMNIGENT_RECONNECT_GRACE_S = env_float("OMNIGENT_RECONNECT_GRACE_S", 15.0)
 OMNIGENT_RELAY_TIMEOUT_S = env_float("OMNIGENT_RELAY_TIMEOUT_S", 10.0)
-# Idle request threads kept for later requests (omnigent_site/handler.py).
+# The largest WebSocket message (and frame) a runner may send: daphne's 1 MiB default
+# becomes this (omnigent_site/runtime/server.py); 0 means no limit.
+OMNIGENT_MAX_FRAME_BYTES = max(0, env_int("OMNIGENT_MAX_FRAME_BYTES", 16 * 1024 * 1024))
+# Idle request threads kept for later requests (omnigent_site/runtime/handler.py).
 OMNIGENT_REQUEST_THREADS_IDLE = max(0, env_int("OMNIGENT_REQUEST_THREADS_IDLE", 16))
 # Session stream (http-api.md, Stream).
 OMNIGENT_STREAM_HEARTBEAT_S = env_float("OMNIGENT_STREAM_HEARTBEAT_S", 15.0)
@@ -244,7 +267,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
-        "rest_framework.renderers.BrowsableAPIRenderer",
+        "omnigent_site.browsable.FormsBrowsableAPIRenderer",
     ],
     "DEFAULT_PARSER_CLASSES": [
         "rest_framework.parsers.JSONParser",
@@ -273,5 +296,12 @@ LOGGING = {
         "handlers": ["console"],
         "level": os.environ.get("OMNIGENT_LOG_LEVEL", "INFO").strip().upper() or "INFO",
     },
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    "loggers": {
+        "django.channels.server": {"level": "WARNING"},
+        # Django's own console handler would print each request warning a second time
+        # (unformatted) in DEBUG mode: its records go to the root handler only.
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        # "HTTP/2 support not enabled" and the like at every start.
+        "daphne.server": {"level": "WARNING"},
+    },
 }

@@ -4,12 +4,14 @@ The consumer authenticates the handshake, records itself on the Runner row
 (channel name and connection generation), forwards commands that any server
 process sends to its channel, relays the runner's answers to the waiting caller,
 and stores runner events exactly once before acknowledging them.
+
+Every frame is built and parsed by ``omnigent_runner.protocol``; what a failure turns
+into (a close code, a failed command) is decided in ``runners.tunnel_errors``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import deque
@@ -21,22 +23,50 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.utils import timezone
 
-from omnigent_runner import PROTOCOL_VERSION
+from omnigent_runner.protocol import (
+    ANSWER_TYPES,
+    Ack,
+    AnyCommand,
+    EventAck,
+    EventFrame,
+    Frame,
+    Hello,
+    Nack,
+    Ping,
+    Pong,
+    ProtocolError,
+    RpcResult,
+    SessionCursor,
+    SessionOpen,
+    TunnelCommand,
+    TunnelReplaced,
+    TunnelReply,
+    Welcome,
+    decode_channel_message,
+    decode_runner_frame,
+    encode,
+    frame_type,
+    with_id,
+)
 
 from . import runner_events, services
 from .relay import notify
+from .tunnel_errors import (
+    CLOSE_BAD_HELLO,
+    CLOSE_DEAD_PEER,
+    CLOSE_REPLACED,
+    CLOSE_REVOKED,
+    TunnelClosed,
+    close_code_for,
+    nack_error,
+    reply_error_for,
+)
 from .upkeep import sweep_stale_runners
 
 log = logging.getLogger(__name__)
 
 TOKEN_HEADER = b"x-omnigent-runner-tunnel-token"
 
-CLOSE_REPLACED = 4000
-CLOSE_BAD_HELLO = 4001
-CLOSE_BAD_PROTOCOL = 4002
-CLOSE_DEAD_PEER = 4003
-CLOSE_REVOKED = 4004
-CLOSE_SERVER_ERROR = 1011
 EVENT_BATCH = 500
 # How long a closing tunnel may take to store the events it already received.
 EVENT_DRAIN_TIMEOUT_S = 10.0
@@ -69,10 +99,10 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         self.closing = False
         self.last_frame = time.monotonic()
         self.last_seen_write = timezone.now()
-        self.pending: dict[str, tuple[str | None, dict[str, Any]]] = {}
+        self.pending: dict[str, tuple[str | None, AnyCommand]] = {}
         self.command_counter = 0
         self.tasks: list[asyncio.Task[None]] = []
-        self.event_backlog: deque[tuple[str, int, dict[str, Any]]] = deque()
+        self.event_backlog: deque[runner_events.ReceivedEvent] = deque()
         self.event_writer: asyncio.Task[None] | None = None
         headers = dict(self.scope.get("headers") or [])
         token = headers.get(TOKEN_HEADER, b"").decode("utf-8", errors="replace")
@@ -93,49 +123,43 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             log.warning("tunnel %s sent no hello in time", self.runner_id)
             await self._close(CLOSE_BAD_HELLO)
 
-    async def _hello(self, frame: dict[str, Any]) -> None:
+    async def _refuse_hello(self, exc: Exception) -> None:
+        """End a tunnel whose handshake failed, with the code ``tunnel_errors`` assigns."""
+        log.warning("tunnel %s: handshake refused: %s", self.runner_id, exc)
+        await self._close(close_code_for(exc))
+
+    async def _hello(self, frame: Frame) -> None:
         if self.hello_seen:
             return  # frames racing the welcome; the runner waits for it before sending more
         self.hello_seen = True
-        if frame.get("type") != "hello":
-            log.warning("tunnel %s: first frame was not hello", self.runner_id)
+        if not isinstance(frame, Hello):
+            log.warning(
+                "tunnel %s: first frame was %s, not hello", self.runner_id, frame_type(frame)
+            )
             await self._close(CLOSE_BAD_HELLO)
             return
-        if frame.get("protocol") != PROTOCOL_VERSION:
-            log.warning("tunnel %s: unsupported protocol %r", self.runner_id, frame.get("protocol"))
-            await self._close(CLOSE_BAD_PROTOCOL)
-            return
-        workspace = frame.get("workspace") if isinstance(frame.get("workspace"), dict) else {}
-        open_sessions = frame.get("open_sessions")
-        open_ids = (
-            {s for s in open_sessions if isinstance(s, str)}
-            if isinstance(open_sessions, list)
-            else set()
-        )
+        open_ids = set(frame.open_sessions)
         connection = await database_sync_to_async(services.mark_connected)(
             runner_id=self.runner_id,
             channel_name=self.channel_name,
-            runner_version=str(frame.get("runner_version") or ""),
-            workspace=workspace,
+            runner_version=frame.runner_version,
+            workspace=frame.workspace,
         )
         self.generation = connection.generation
         if connection.replaced_channel:
-            await notify(
-                channel_name=connection.replaced_channel, message={"type": "tunnel.replaced"}
-            )
+            await notify(channel_name=connection.replaced_channel, message=TunnelReplaced())
         resumes = await database_sync_to_async(services.sessions_to_resume)(
             runner_id=self.runner_id, open_sessions=open_ids
         )
         await self._send(
-            {
-                "type": "welcome",
-                "runner_id": self.runner_id,
-                "heartbeat_s": settings.OMNIGENT_HEARTBEAT_S,
-                "sessions": [
-                    {"session_id": r.session_id, "last_acked_seq": r.last_acked_seq}
+            Welcome(
+                runner_id=self.runner_id,
+                heartbeat_s=settings.OMNIGENT_HEARTBEAT_S,
+                sessions=[
+                    SessionCursor(session_id=r.session_id, last_acked_seq=r.last_acked_seq)
                     for r in resumes
                 ],
-            }
+            )
         )
         log.info("runner %s online (generation %s)", self.runner_id, self.generation)
         for resume in resumes:
@@ -144,7 +168,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                     session_id=resume.session_id, generation=self.generation
                 )
                 continue
-            if not resume.open_command:
+            if resume.open_command is None:
                 continue  # could not be opened (logged); its turns were failed
             await self._forward(resume.open_command, reply_channel=None)
             for command in resume.turn_commands:
@@ -159,7 +183,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 log.warning("tunnel %s: no frame for %.0f s, closing", self.runner_id, 3 * interval)
                 await self._close(CLOSE_DEAD_PEER)
                 return
-            await self._send({"type": "ping", "ts": time.time()})
+            await self._send(Ping(ts=time.time()))
             await sweep_stale_runners()
 
     # --- frames from the runner ---------------------------------------------------
@@ -172,28 +196,45 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             log.warning("tunnel %s: ignored a binary message", self.runner_id)
             return
         try:
-            frame = json.loads(text_data)
-        except ValueError:
-            frame = None
-        if not isinstance(frame, dict) or not isinstance(frame.get("type"), str):
-            if not self.generation:
-                await self._close(CLOSE_BAD_HELLO)
-            else:
-                log.warning("tunnel %s: ignored a malformed frame", self.runner_id)
+            frame = decode_runner_frame(text_data)
+        except ProtocolError as exc:
+            await self._bad_frame(exc)
             return
         if not self.generation:
-            await self._hello(frame)
+            try:
+                await self._hello(frame)
+            except Exception as exc:
+                log.exception("tunnel %s: the handshake failed", self.runner_id)
+                await self._refuse_hello(exc)
             return
         await self._touch()
-        kind = frame["type"]
-        if kind == "event":
+        if type(frame) is EventFrame:
             await self._event(frame)
-        elif kind in ("ack", "nack", "rpc.result"):
+        elif isinstance(frame, Ack | Nack | RpcResult):
             await self._answer(frame)
-        elif kind == "pong":
+        elif type(frame) is not Pong:
+            log.warning("tunnel %s: ignored a %s frame", self.runner_id, frame_type(frame))
+
+    async def _bad_frame(self, exc: ProtocolError) -> None:
+        """The one handling of a frame that is not a valid frame (docs/protocol.md).
+
+        Before ``hello`` it ends the tunnel (4001, or 4002 for another protocol version).
+        After it, the frame is logged and ignored, except an answer whose id names a
+        command in flight: that command fails at once (``invalid_reply``) instead of
+        leaving its caller to the deadline.
+        """
+        if not self.generation:
+            await self._refuse_hello(exc)
             return
-        else:
-            log.warning("tunnel %s: ignored a frame of type %r", self.runner_id, kind)
+        await self._touch()
+        log.warning("tunnel %s: ignored an invalid frame: %s", self.runner_id, exc)
+        if exc.frame_type in ANSWER_TYPES and isinstance(exc.frame_id, str):
+            entry = self.pending.pop(exc.frame_id, None)
+            if entry is not None and entry[0]:
+                await notify(
+                    channel_name=entry[0],
+                    message=TunnelReply(ok=False, error=reply_error_for(exc)),
+                )
 
     async def _touch(self) -> None:
         now = timezone.now()
@@ -203,16 +244,10 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 runner_id=self.runner_id, generation=self.generation
             )
 
-    async def _event(self, frame: dict[str, Any]) -> None:
-        session_id, seq, event = frame.get("session_id"), frame.get("seq"), frame.get("event")
-        if not isinstance(session_id, str) or not isinstance(seq, int) or seq < 1:
-            log.warning("tunnel %s: ignored an event frame without session_id/seq", self.runner_id)
-            return
-        if not isinstance(event, dict):
-            event = {"type": None}
+    async def _event(self, frame: EventFrame) -> None:
         # Stored by one writer task, in arrival order; events that arrive while it is
         # busy are stored (and shown to watchers) together in its next round.
-        self.event_backlog.append((session_id, seq, event))
+        self.event_backlog.append((frame.session_id, frame.seq, frame.event))
         if self.event_writer is None or self.event_writer.done():
             self.event_writer = asyncio.create_task(self._write_events())
 
@@ -229,11 +264,11 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                     runner_id=self.runner_id, events=batch
                 )
                 for session_id, seq in acks.items():
-                    await self._send({"type": "event.ack", "session_id": session_id, "seq": seq})
-        except Exception:
+                    await self._send(EventAck(session_id=session_id, seq=seq))
+        except Exception as exc:
             # Nothing unacknowledged is lost: the runner resends it after reconnecting.
             log.exception("tunnel %s: storing runner events failed", self.runner_id)
-            await self._close(CLOSE_SERVER_ERROR)
+            await self._close(close_code_for(exc))
 
     async def _finish_event_writer(self) -> None:
         """Store the events that arrived before the socket closed, within a deadline.
@@ -256,56 +291,59 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 len(self.event_backlog),
             )
 
-    async def _answer(self, frame: dict[str, Any]) -> None:
-        command_id = frame.get("id")
+    async def _answer(self, frame: Ack | Nack | RpcResult) -> None:
+        command_id = frame.id
         entry = self.pending.pop(command_id, None) if isinstance(command_id, str) else None
         if entry is None:
             log.info("tunnel %s: answer for unknown command %r", self.runner_id, command_id)
             return
         reply_channel, command = entry
-        ok = frame["type"] == "ack" or (frame["type"] == "rpc.result" and bool(frame.get("ok")))
-        if ok and command.get("type") == "session.open":
-            await database_sync_to_async(runner_events.mark_session_opened)(
-                session_id=command["session_id"], generation=self.generation
-            )
-        if not ok:
+        if isinstance(frame, Ack):
+            reply = TunnelReply(ok=True)
+        elif isinstance(frame, RpcResult) and frame.ok:
+            reply = TunnelReply(ok=True, result=frame.result)
+        else:
+            error = nack_error(frame.error)
             log.info(
-                "tunnel %s: %s %s rejected: %s",
+                "tunnel %s: %s %s rejected: %s: %s",
                 self.runner_id,
-                command.get("type"),
+                frame_type(command),
                 command_id,
-                frame.get("error"),
+                error.code,
+                error.message,
+            )
+            reply = TunnelReply(ok=False, error=error)
+        if reply.ok and type(command) is SessionOpen:
+            await database_sync_to_async(runner_events.mark_session_opened)(
+                session_id=command.session_id, generation=self.generation
             )
         if reply_channel:
-            reply: dict[str, Any] = {"type": "tunnel.reply", "ok": ok}
-            if frame["type"] == "rpc.result":
-                reply["result"] = frame.get("result")
-            if not ok:
-                raw_error = frame.get("error")
-                error = raw_error if isinstance(raw_error, dict) else {}
-                reply["error"] = {
-                    "code": str(error.get("code") or "rejected"),
-                    "message": str(error.get("message") or "the runner rejected the command"),
-                }
             await notify(channel_name=reply_channel, message=reply)
 
     # --- messages from other server processes ---------------------------------------
 
     async def tunnel_command(self, message: dict[str, Any]) -> None:
-        command = message.get("command") or {}
-        reply_channel = message.get("reply_channel")
-        if not self.generation or self.closing:
+        try:
+            relayed = decode_channel_message(message)
+        except ProtocolError as exc:
+            log.error("tunnel %s: dropped an unreadable tunnel.command: %s", self.runner_id, exc)
+            return
+        if not isinstance(relayed, TunnelCommand):
+            log.error("tunnel %s: %s is not a tunnel.command", self.runner_id, frame_type(relayed))
+            return
+        reply_channel = relayed.reply_channel
+        try:
+            if not self.generation or self.closing:
+                raise TunnelClosed("the tunnel is closing")
+            await self._forward(relayed.command, reply_channel=reply_channel)
+        except Exception as exc:
+            if not isinstance(exc, TunnelClosed):
+                log.exception("tunnel %s: could not forward a command", self.runner_id)
             if reply_channel:
                 await notify(
                     channel_name=reply_channel,
-                    message={
-                        "type": "tunnel.reply",
-                        "ok": False,
-                        "error": {"code": "tunnel_closed", "message": "the tunnel is closing"},
-                    },
+                    message=TunnelReply(ok=False, error=reply_error_for(exc)),
                 )
-            return
-        await self._forward(command, reply_channel=reply_channel)
 
     async def tunnel_replaced(self, message: dict[str, Any]) -> None:
         log.info(
@@ -321,16 +359,17 @@ class TunnelConsumer(AsyncWebsocketConsumer):
 
     # --- plumbing -------------------------------------------------------------------
 
-    async def _forward(self, command: dict[str, Any], *, reply_channel: str | None) -> None:
+    async def _forward(self, command: AnyCommand, *, reply_channel: str | None) -> None:
         self.command_counter += 1
         command_id = f"cmd-{self.generation}-{self.command_counter}"
-        frame = {**command, "id": command_id}
+        text = encode(with_id(command, command_id))
         self.pending[command_id] = (reply_channel, command)
-        await self._send(frame)
-
-    async def _send(self, frame: dict[str, Any]) -> None:
         if not self.closing:
-            await self.send(text_data=json.dumps(frame))
+            await self.send(text_data=text)
+
+    async def _send(self, frame: Frame) -> None:
+        if not self.closing:
+            await self.send(text_data=encode(frame))
 
     async def _close(self, code: int) -> None:
         if self.closing:
@@ -344,19 +383,13 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             task.cancel()
         await self._finish_event_writer()
         pending, self.pending = self.pending, {}
+        closed = TunnelReply(
+            ok=False,
+            error=reply_error_for(TunnelClosed("the tunnel closed before the runner answered")),
+        )
         for reply_channel, _command in pending.values():
             if reply_channel:
-                await notify(
-                    channel_name=reply_channel,
-                    message={
-                        "type": "tunnel.reply",
-                        "ok": False,
-                        "error": {
-                            "code": "tunnel_closed",
-                            "message": "the tunnel closed before the runner answered",
-                        },
-                    },
-                )
+                await notify(channel_name=reply_channel, message=closed)
         if not self.generation:
             return
         current = await database_sync_to_async(services.mark_disconnected)(

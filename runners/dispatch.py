@@ -11,6 +11,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
+from omnigent_runner.protocol import ToolResult, TurnInterrupt, TurnStart
 from omnigent_site.domain_errors import AgentUnavailable, RunnerUnavailable
 from sessions.blobs import BundleMissing
 from sessions.models import Item, Session, Turn
@@ -56,7 +57,7 @@ async def _ensure_open(session: Session, runner: Runner, response_id: str) -> No
 
 def _accept_with_command(
     *, session_id: str, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
-) -> tuple[Item, Turn, dict[str, Any]]:
+) -> tuple[Item, Turn, TurnStart]:
     """Store the message and its turn, and build its ``turn.start``: one trip to the thread."""
     item, response = runner_events.accept_message(
         session_id=session_id, created_by=created_by, data=data, tools=tools
@@ -91,12 +92,7 @@ async def submit_message(
 async def forward_tool_result(*, session: Session, call_id: str, output: str) -> dict[str, Any]:
     """Relay a client tool's output as exactly ``tool_result`` (tunnel.md)."""
     runner = _runner_or_503(session)
-    command = {
-        "type": "tool_result",
-        "session_id": session.id,
-        "call_id": call_id,
-        "output": output,
-    }
+    command = ToolResult(session_id=session.id, call_id=call_id, output=output)
     try:
         await send_command(channel_name=runner.channel_name, command=command)
     except RelayError as exc:
@@ -113,7 +109,7 @@ async def interrupt_turn(*, session: Session) -> dict[str, Any]:
         try:
             await send_command(
                 channel_name=runner.channel_name,
-                command={"type": "turn.interrupt", "session_id": session.id},
+                command=TurnInterrupt(session_id=session.id),
             )
         except RelayError as exc:
             log.info("interrupt of %s not delivered: %s", session.id, exc.message)

@@ -11,10 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from channels.layers import get_channel_layer
 from django.conf import settings
+
+from omnigent_runner.protocol import (
+    AnyCommand,
+    ChannelMessage,
+    ProtocolError,
+    TunnelCommand,
+    TunnelReply,
+    channel_message,
+    decode_channel_message,
+)
+
+from .tunnel_errors import nack_error
 
 log = logging.getLogger(__name__)
 
@@ -29,11 +40,11 @@ class RelayError(Exception):
 
 
 async def send_command(
-    *, channel_name: str, command: dict[str, Any], timeout: float | None = None
-) -> dict[str, Any]:
-    """Deliver ``command`` (a frame without ``id``) and return the runner's answer.
+    *, channel_name: str, command: AnyCommand, timeout: float | None = None
+) -> TunnelReply:
+    """Deliver ``command`` (its ``id`` is set by the consumer) and return the runner's answer.
 
-    Returns ``{"ok": True, "result": ...}`` for an ack (``result`` for rpc). Raises
+    Returns the ``tunnel.reply`` of an ack (its ``result`` for rpc). Raises
     :class:`RelayError` on a nack, a closed tunnel or a missed deadline.
     """
     if not channel_name:
@@ -42,13 +53,11 @@ async def send_command(
     layer = get_channel_layer()
     assert layer is not None, "CHANNEL_LAYERS is configured in settings"
     reply_channel = await layer.new_channel()
+    message = channel_message(TunnelCommand(command=command, reply_channel=reply_channel))
     try:
         async with asyncio.timeout(deadline):
-            await layer.send(
-                channel_name,
-                {"type": "tunnel.command", "command": command, "reply_channel": reply_channel},
-            )
-            reply = await layer.receive(reply_channel)
+            await layer.send(channel_name, message)
+            raw_reply = await layer.receive(reply_channel)
     except TimeoutError:
         raise RelayError(
             "runner_timeout", f"the runner did not acknowledge within {deadline:g} s"
@@ -57,23 +66,32 @@ async def send_command(
         # A full or unreachable channel layer is a delivery failure, not a 500.
         log.warning("relay to %s failed: %s", channel_name, exc.__class__.__name__)
         raise RelayError("relay_failed", "the command could not be delivered") from exc
-    if reply.get("ok"):
+    try:
+        reply = decode_channel_message(raw_reply)
+    except ProtocolError as exc:
+        reply = None
+        log.error("relay to %s: unreadable reply: %s", channel_name, exc)
+    if not isinstance(reply, TunnelReply):
+        raise RelayError("relay_failed", "the tunnel sent an unreadable reply")
+    if reply.ok:
         return reply
-    error = reply.get("error") or {}
-    raise RelayError(
-        str(error.get("code") or "rejected"),
-        str(error.get("message") or "the runner rejected the command"),
-    )
+    error = nack_error(reply.error)
+    raise RelayError(error.code, error.message)
 
 
-async def notify(*, channel_name: str, message: dict[str, Any]) -> None:
-    """Fire-and-forget message to a tunnel consumer (close it, forward a command)."""
+async def post_command(*, channel_name: str, command: AnyCommand) -> None:
+    """Fire-and-forget ``command`` to a runner's tunnel: nobody waits for its answer."""
+    await notify(channel_name=channel_name, message=TunnelCommand(command=command))
+
+
+async def notify(*, channel_name: str, message: ChannelMessage) -> None:
+    """Fire-and-forget message to a tunnel consumer (close it, forward a command, reply)."""
     if not channel_name:
         return
     layer = get_channel_layer()
     if layer is None:
         return
     try:
-        await layer.send(channel_name, message)
+        await layer.send(channel_name, channel_message(message))
     except Exception:
         log.warning("could not notify %s", channel_name, exc_info=True)

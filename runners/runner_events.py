@@ -10,27 +10,31 @@ from __future__ import annotations
 
 import base64
 import logging
-from typing import Any, Literal, overload
+from typing import Any, TypeAlias
 
 from django.db import transaction
 from django.utils import timezone
 
+from omnigent_runner import protocol
 from omnigent_site.ids import new_item_id
 from omnigent_site.timeutil import unix
 from sessions import blobs
 from sessions.eventlog import record_event
 from sessions.models import Item, Session, Turn
 from sessions.selectors import response_output
+from sessions.shapes import ResponseEventOut, response_event_body
 from workspaces.services import apply_workspace_changes
 
 log = logging.getLogger(__name__)
 
 ITEM_HEADER_KEYS = {"id", "type", "status", "response_id", "created_at", "created_by"}
-TURN_END_TYPES = {
-    "response.completed": Turn.Status.COMPLETED,
-    "response.failed": Turn.Status.FAILED,
-    "response.cancelled": Turn.Status.CANCELLED,
+TURN_END_STATUS: dict[type[protocol.TurnEnd], str] = {
+    protocol.ResponseCompleted: Turn.Status.COMPLETED,
+    protocol.ResponseFailed: Turn.Status.FAILED,
+    protocol.ResponseCancelled: Turn.Status.CANCELLED,
 }
+# What the consumer hands to ``record``: session id, seq and the parsed payload.
+ReceivedEvent: TypeAlias = tuple[str, int, protocol.AnyEvent | protocol.UnparsedEvent]
 
 
 class MalformedEvent(ValueError):
@@ -40,48 +44,39 @@ class MalformedEvent(ValueError):
 # --- commands ---------------------------------------------------------------------
 
 
-def session_open_command(*, session: Session) -> dict[str, Any]:
+def session_open_command(*, session: Session) -> protocol.SessionOpen:
     agent = session.agent
     bundle = blobs.read_bundle(agent.bundle_sha256)
     history = [item.flat() for item in Item.objects.filter(session=session).order_by("seq")]
-    return {
-        "type": "session.open",
-        "session_id": session.id,
+    return protocol.SessionOpen(
+        session_id=session.id,
         # The runner numbers this session's events after what the server stored.
-        "last_acked_seq": session.last_runner_seq,
-        "agent": {
-            "id": agent.id,
-            "version": agent.version,
-            "bundle_b64": base64.b64encode(bundle).decode("ascii"),
-        },
-        "history": history,
-    }
+        last_acked_seq=session.last_runner_seq,
+        agent=protocol.AgentRef(
+            id=agent.id,
+            version=agent.version,
+            bundle_b64=base64.b64encode(bundle).decode("ascii"),
+        ),
+        history=history,
+    )
 
 
-def turn_start_command(*, response: Turn) -> dict[str, Any]:
+def turn_start_command(*, response: Turn) -> protocol.TurnStart:
     inputs = Item.objects.filter(response=response, data__role="user").order_by("seq")
-    return {
-        "type": "turn.start",
-        "session_id": response.session_id,
-        "response_id": response.id,
-        "input": [item.flat() for item in inputs],
-        "tools": response.tools or [],
-    }
+    return protocol.TurnStart(
+        session_id=response.session_id,
+        response_id=response.id,
+        input=[item.flat() for item in inputs],
+        tools=response.tools or [],
+    )
 
 
 # --- event payloads for watchers --------------------------------------------------
 
 
-def response_payload(response: Turn, *, model: str) -> dict[str, Any]:
-    return {
-        "id": response.id,
-        "object": "response",
-        "status": response.status,
-        "model": model,
-        "created_at": unix(response.created_at),
-        "output": response_output(response=response),
-        "error": response.error,
-    }
+def response_payload(response: Turn, *, model: str) -> ResponseEventOut:
+    """The ``response`` of ``response.*`` stream events: the shape of ``sessions.shapes``."""
+    return response_event_body(response, output=response_output(response=response), model=model)
 
 
 def _status_event(session: Session) -> dict[str, Any]:
@@ -199,12 +194,19 @@ def mark_session_opened(*, session_id: str, generation: int) -> None:
 # --- the consumer: runner events ------------------------------------------------------
 
 
-def record(*, runner_id: str, session_id: str, seq: int, event: dict[str, Any]) -> int:
+def record(
+    *,
+    runner_id: str,
+    session_id: str,
+    seq: int,
+    event: protocol.AnyEvent | protocol.UnparsedEvent,
+) -> int:
     """Apply runner event ``seq`` of ``session_id`` once; returns the seq to acknowledge.
 
     A duplicate (``seq`` already stored) changes nothing. Events for a session
     that is gone or bound to another runner are acknowledged and dropped, so the
-    runner does not hold them forever.
+    runner does not hold them forever. ``event`` was parsed by the protocol module; a
+    payload it could not parse arrives as ``UnparsedEvent`` and is skipped here.
     """
     with transaction.atomic():
         session = (
@@ -234,26 +236,11 @@ def record(*, runner_id: str, session_id: str, seq: int, event: dict[str, Any]) 
         return seq
 
 
-@overload
-def _str(event: dict[str, Any], key: str, *, required: Literal[True] = ...) -> str: ...
-@overload
-def _str(event: dict[str, Any], key: str, *, required: bool) -> str | None: ...
-def _str(event: dict[str, Any], key: str, *, required: bool = True) -> str | None:
-    value = event.get(key)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value:
-        raise MalformedEvent(f"{event.get('type')}: '{key}' must be a non-empty string")
-    return value
-
-
-def _error(event: dict[str, Any]) -> dict[str, str] | None:
-    error = event.get("error")
+def _error(error: protocol.ErrorInfo | None) -> dict[str, str] | None:
+    """A runner-reported error as stored on turns and sessions (a code is never empty)."""
     if error is None:
         return None
-    if not isinstance(error, dict):
-        raise MalformedEvent("'error' must be an object")
-    return {"code": str(error.get("code") or "error"), "message": str(error.get("message") or "")}
+    return {"code": error.code or "error", "message": error.message}
 
 
 def _turn(session: Session, response_id: str | None) -> Turn | None:
@@ -262,15 +249,24 @@ def _turn(session: Session, response_id: str | None) -> Turn | None:
     return Turn.objects.filter(pk=response_id, session=session).first()
 
 
-def _apply(session: Session, event: dict[str, Any]) -> None:
-    if not isinstance(event, dict):
-        raise MalformedEvent("an event must be an object")
-    kind = event.get("type")
+def _apply(session: Session, event: protocol.AnyEvent | protocol.UnparsedEvent) -> None:
     model = session.agent.model
-    if kind == "session.status":
+    if isinstance(event, protocol.OutputTextDelta):  # the most frequent first
+        record_event(
+            session_id=session.id,
+            payload={
+                "type": "response.output_text.delta",
+                "response_id": event.response_id,
+                "item_id": event.item_id,
+                "delta": event.delta,
+            },
+        )
+    elif isinstance(event, protocol.OutputItemDone):
+        _apply_item(session, event)
+    elif isinstance(event, protocol.SessionStatus):
         _apply_status(session, event)
-    elif kind == "response.created":
-        response = _turn(session, _str(event, "response_id"))
+    elif isinstance(event, protocol.ResponseCreated):
+        response = _turn(session, event.response_id)
         if response is None:
             raise MalformedEvent("response.created for an unknown response")
         if response.status == Turn.Status.QUEUED:
@@ -283,29 +279,20 @@ def _apply(session: Session, event: dict[str, Any]) -> None:
         record_event(
             session_id=session.id, payload={"type": "response.in_progress", "response": payload}
         )
-    elif kind == "response.output_text.delta":
-        delta = event.get("delta")
-        if not isinstance(delta, str):
-            raise MalformedEvent("'delta' must be a string")
-        record_event(
-            session_id=session.id,
-            payload={
-                "type": "response.output_text.delta",
-                "response_id": _str(event, "response_id"),
-                "item_id": _str(event, "item_id"),
-                "delta": delta,
-            },
-        )
-    elif kind == "response.output_item.done":
-        _apply_item(session, event)
-    elif kind in TURN_END_TYPES:
-        response = _turn(session, _str(event, "response_id"))
+    elif isinstance(
+        event, protocol.ResponseCompleted | protocol.ResponseFailed | protocol.ResponseCancelled
+    ):
+        response = _turn(session, event.response_id)
         if response is None:
-            raise MalformedEvent(f"{kind} for an unknown response")
-        _finish_turn(response, status=TURN_END_TYPES[kind], error=_error(event), model=model)
-    elif kind == "workspace.changes":
+            raise MalformedEvent(f"{protocol.frame_type(event)} for an unknown response")
+        _finish_turn(
+            response, status=TURN_END_STATUS[type(event)], error=_error(event.error), model=model
+        )
+    elif isinstance(event, protocol.WorkspaceChanges):
         try:
-            environment_id = apply_workspace_changes(session=session, payload=event)
+            environment_id = apply_workspace_changes(
+                session=session, payload=protocol.to_builtins(event)
+            )
         except ValueError as exc:
             raise MalformedEvent(str(exc)) from exc
         record_event(
@@ -316,16 +303,17 @@ def _apply(session: Session, event: dict[str, Any]) -> None:
                 "environment_id": environment_id,
             },
         )
+    elif isinstance(event, protocol.UnparsedEvent):
+        raise MalformedEvent(event.error)
     else:
-        raise MalformedEvent(f"unknown event type {kind!r}")
+        # approval.requested, policy.denied: the approvals feature gives them behaviour.
+        raise MalformedEvent(f"{protocol.frame_type(event)} is not handled by this server")
 
 
-def _apply_status(session: Session, event: dict[str, Any]) -> None:
-    status = event.get("status")
-    if status not in Session.Status.values:
-        raise MalformedEvent(f"unknown session status {status!r}")
-    response_id = _str(event, "response_id", required=False)
-    error = _error(event)
+def _apply_status(session: Session, event: protocol.SessionStatus) -> None:
+    status = event.status
+    response_id = event.response_id
+    error = _error(event.error)
     if status == Session.Status.FAILED and error is None:
         error = {"code": "failed", "message": "the turn failed"}
     if status == Session.Status.IDLE:
@@ -342,23 +330,30 @@ def _apply_status(session: Session, event: dict[str, Any]) -> None:
     _set_session_state(session, status=status, response_id=response_id, error=error)
 
 
-def _apply_item(session: Session, event: dict[str, Any]) -> None:
+def _item_header(item: dict[str, Any], key: str) -> str:
+    """``id`` and ``type`` of a runner item: the item's shape is the HTTP API's, so it is
+    checked here rather than in the protocol, which keeps items free-form."""
+    value = item.get(key)
+    if not isinstance(value, str) or not value:
+        raise MalformedEvent(f"an item's '{key}' must be a non-empty string")
+    return value
+
+
+def _apply_item(session: Session, event: protocol.OutputItemDone) -> None:
     """Store a finished item (idempotent by id) and show it to watchers.
 
     A client-side call waiting for its result (``action_required``) is only shown:
     it is stored once it completes (tunnel.md), so the transcript never keeps a call
     that was abandoned.
     """
-    response = _turn(session, _str(event, "response_id"))
-    raw = event.get("item")
-    if not isinstance(raw, dict):
-        raise MalformedEvent("'item' must be an object")
-    item_id = _str(raw, "id")
-    item_type = _str(raw, "type")
+    response = _turn(session, event.response_id)
+    raw = event.item
+    item_id = _item_header(raw, "id")
+    item_type = _item_header(raw, "type")
     raw_status = raw.get("status")
     status = raw_status if isinstance(raw_status, str) else "completed"
     data = {key: value for key, value in raw.items() if key not in ITEM_HEADER_KEYS}
-    response_id = response.id if response else event.get("response_id")
+    response_id = response.id if response else event.response_id
     if status == "action_required":
         shown = {
             **data,

@@ -19,6 +19,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from omnigent_runner.identity import derive_runner_id, new_binding_token
+from omnigent_runner.protocol import SessionClose, SessionOpen, TunnelRevoked, TurnStart
 from omnigent_site.domain_errors import Forbidden, InvalidInput
 from omnigent_site.users import get_or_create_user, is_admin
 from sessions.blobs import BundleMissing
@@ -27,7 +28,7 @@ from sessions.models import Session, Turn
 
 from . import runner_events
 from .models import Runner
-from .relay import notify
+from .relay import notify, post_command
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User as AuthUser
@@ -54,7 +55,7 @@ def revoke_runner(*, runner: Runner) -> None:
     runner.revoked_at = timezone.now()
     runner.save(update_fields=["revoked_at"])
     if channel:
-        async_to_sync(notify)(channel_name=channel, message={"type": "tunnel.revoked"})
+        async_to_sync(notify)(channel_name=channel, message=TunnelRevoked())
 
 
 def _is_loopback(host: str | None) -> bool:
@@ -201,8 +202,8 @@ def fail_stale_runners() -> list[str]:
 class SessionResume:
     session_id: str
     last_acked_seq: int
-    open_command: dict[str, Any]
-    turn_commands: list[dict[str, Any]]
+    open_command: SessionOpen | None
+    turn_commands: list[TurnStart]
 
 
 def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[SessionResume]:
@@ -214,7 +215,7 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
     resumes: list[SessionResume] = []
     for session in Session.objects.filter(runner_id=runner_id).select_related("agent"):
         if session.id in open_sessions:
-            resumes.append(SessionResume(session.id, session.last_runner_seq, {}, []))
+            resumes.append(SessionResume(session.id, session.last_runner_seq, None, []))
             continue
         open_turns = list(
             Turn.objects.filter(session=session, status__in=Turn.OPEN_STATUSES).order_by(
@@ -230,7 +231,7 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
                 runner_events.fail_open_turns(
                     session_id=session.id, code="agent_load_failed", message=str(exc)
                 )
-            resumes.append(SessionResume(session.id, session.last_runner_seq, {}, []))
+            resumes.append(SessionResume(session.id, session.last_runner_seq, None, []))
             continue
         resumes.append(
             SessionResume(
@@ -246,7 +247,7 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
 
 
 def record_runner_events(
-    *, runner_id: str, events: list[tuple[str, int, dict[str, Any]]]
+    *, runner_id: str, events: list[runner_events.ReceivedEvent]
 ) -> dict[str, int]:
     """Store runner events, each once; returns the cumulative seq to acknowledge per session.
 
@@ -291,10 +292,7 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
         # The binding stands; the first message reports the problem on its turn.
         log.error("session %s bound to %s but not opened: %s", session.id, runner.id, exc)
         return session
-    async_to_sync(notify)(
-        channel_name=runner.channel_name,
-        message={"type": "tunnel.command", "command": command, "reply_channel": None},
-    )
+    async_to_sync(post_command)(channel_name=runner.channel_name, command=command)
     return session
 
 
@@ -303,13 +301,8 @@ def close_session_on_runner(*, session: Session, runner: Runner | None = None) -
     target = runner or session.runner
     if target is None or not target.channel_name:
         return
-    async_to_sync(notify)(
-        channel_name=target.channel_name,
-        message={
-            "type": "tunnel.command",
-            "command": {"type": "session.close", "session_id": session.id},
-            "reply_channel": None,
-        },
+    async_to_sync(post_command)(
+        channel_name=target.channel_name, command=SessionClose(session_id=session.id)
     )
 
 

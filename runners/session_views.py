@@ -8,9 +8,11 @@ because it sits above ``sessions``: ``sessions`` never imports ``runners``.
 
 from __future__ import annotations
 
+from urllib.parse import quote
+
 from adrf.views import APIView as AsyncAPIView
 from django.http import HttpResponseBase
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
@@ -20,19 +22,19 @@ from rest_framework.views import APIView
 
 from omnigent_site.async_views import RenderJSONOnLoopMixin
 from omnigent_site.authentication import request_user
+from omnigent_site.schema import error_responses
 from sessions import selectors
 from sessions import services as session_services
 from sessions.permissions import EDIT, OWNER, READ, SessionAccess, SessionScopedMixin
 from sessions.serializers import (
-    DeletedSerializer,
     EventSerializer,
     FunctionCallOutputSerializer,
-    SessionOutSerializer,
     SessionUpdateSerializer,
-    session_body,
 )
+from sessions.shapes import SessionDeletedOut, SessionOut, session_body, session_deleted_body
 
 from . import dispatch, services
+from .shapes import EventAcceptedOut
 
 
 class SessionDetailView(SessionScopedMixin, APIView):
@@ -48,8 +50,29 @@ class SessionDetailView(SessionScopedMixin, APIView):
             return OWNER
         return super().required_session_level(request)
 
+    def browsable_links(self) -> list[tuple[str, str]]:
+        """The session's other endpoints, linked from its browsable API page."""
+        session_id = self.kwargs["session_id"]
+        base = f"/v1/sessions/{quote(session_id)}"
+        changes = f"{base}/resources/environments/default/changes"
+        return [
+            (f"{base}/items", "items"),
+            (f"{base}/responses", "responses (turns)"),
+            (f"{base}/stream?after=0", "stream (from the start)"),
+            (changes, "workspace changes"),
+            (f"{base}/permissions", "permissions"),
+            (f"{base}/agent", "agent"),
+        ]
+
     @extend_schema(
-        parameters=[OpenApiParameter("include_items", bool)], responses=SessionOutSerializer
+        parameters=[
+            OpenApiParameter(
+                "include_items",
+                {"type": "boolean", "default": True},
+                description="`false`, `0` or `no` return `items: []`",
+            )
+        ],
+        responses={200: SessionOut, **error_responses(401, 404)},
     )
     def get(self, request: Request, session_id: str) -> Response:
         include = request.query_params.get("include_items", "true").lower() not in (
@@ -57,10 +80,13 @@ class SessionDetailView(SessionScopedMixin, APIView):
             "0",
             "no",
         )
-        items = list(selectors.session_items(session=self.session)) if include else []
+        items = selectors.session_items(session=self.session) if include else []
         return Response(session_body(self.session, level=self.session_level, items=items))
 
-    @extend_schema(request=SessionUpdateSerializer, responses=SessionOutSerializer)
+    @extend_schema(
+        request=SessionUpdateSerializer,
+        responses={200: SessionOut, **error_responses(400, 401, 403, 404, 413, 415)},
+    )
     def patch(self, request: Request, session_id: str) -> Response:
         serializer = SessionUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -75,14 +101,14 @@ class SessionDetailView(SessionScopedMixin, APIView):
         if values:
             session = session_services.update_session(session=session, **values)
         session.refresh_from_db()
-        items = list(selectors.session_items(session=session))
+        items = selectors.session_items(session=session)
         return Response(session_body(session, level=self.session_level, items=items))
 
-    @extend_schema(responses=DeletedSerializer)
+    @extend_schema(responses={200: SessionDeletedOut, **error_responses(401, 403, 404)})
     def delete(self, request: Request, session_id: str) -> Response:
         services.close_session_on_runner(session=self.session)
         session_services.delete_session(session=self.session)
-        return Response({"id": session_id, "object": "conversation.deleted", "deleted": True})
+        return Response(session_deleted_body(session_id))
 
 
 class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView):
@@ -90,7 +116,13 @@ class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView)
     session_with_agent = False
     session_levels = {"POST": EDIT}
 
-    @extend_schema(request=EventSerializer, responses={202: dict})
+    @extend_schema(
+        request=EventSerializer,
+        responses={
+            202: OpenApiResponse(EventAcceptedOut, description="Accepted."),
+            **error_responses(400, 401, 403, 404, 413, 415, 503),
+        },
+    )
     async def post(self, request: Request, session_id: str) -> HttpResponseBase:
         serializer = EventSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)

@@ -3,9 +3,11 @@
 A tunnel's grace timer runs in the process that held the tunnel. If that process
 dies, the Runner row still names its channel and nobody fails the runner's busy
 sessions. Every server process therefore sweeps now and then
-(``services.fail_stale_runners``): from a process-wide loop that the launcher
-starts (``omnigent_site/serve.py``), whether or not the process holds any tunnel,
-and from each tunnel's heartbeat. All callers share one rate limit.
+(``services.fail_stale_runners``): from a process-wide loop
+(``sweep_stale_runners_forever``, registered with ``omnigent_site.runtime.on_serve``
+in ``RunnersConfig.ready`` and started with the server's reactor however daphne
+was started), whether or not the process holds any tunnel, and from each tunnel's
+heartbeat. All callers share one rate limit.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Input validation (DRF serializers) and the JSON shapes of http-api.md."""
+"""Input validation (DRF serializers) of the sessions app's endpoints (http-api.md).
+
+What the endpoints return is in ``shapes.py``: typed dicts rendered by plain functions
+and documented from the same classes (docs/architecture.md, one definition per shape).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,6 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from omnigent_site.json_input import UNSTORABLE_TEXT, has_unstorable_text
-from omnigent_site.timeutil import unix
-
-from .models import Agent, Item, Permission, Session, Turn
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
@@ -169,141 +170,17 @@ def parse_metadata_part(raw: Any) -> dict[str, Any]:
     return dict(serializer.validated_data)
 
 
-# --- output shapes ----------------------------------------------------------------
+class BundleUploadForm(serializers.Serializer):
+    """The browsable API's form for ``POST /v1/agents`` (multipart, a bundle file)."""
+
+    bundle = serializers.FileField(help_text="agent bundle: a .tar.gz with agent.yaml")
 
 
-def agent_body(agent: Agent) -> dict[str, Any]:
-    return {
-        "id": agent.id,
-        "object": "agent",
-        "name": agent.name,
-        "description": agent.description,
-        "created_at": unix(agent.created_at),
-        "model": agent.model or None,
-        "version": agent.version,
-    }
+class SessionUploadForm(BundleUploadForm):
+    """The browsable API's form for ``POST /v1/sessions`` (multipart create)."""
 
-
-def session_body(
-    session: Session, *, level: int, items: list[Item] | None = None
-) -> dict[str, Any]:
-    runner = session.runner
-    body = {
-        "id": session.id,
-        "object": "session",
-        "agent_id": session.agent_id,
-        "agent_name": session.agent.name,
-        "status": session.status,
-        "created_at": unix(session.created_at),
-        "updated_at": unix(session.updated_at),
-        "title": session.title,
-        "labels": session.labels or {},
-        "runner_id": session.runner_id,
-        "runner_online": runner.online if runner is not None else True,
-        "last_task_error": session.last_task_error,
-        "active_response_id": session.active_response_id,
-        "permission_level": level,
-    }
-    if items is not None:
-        body["items"] = [item.nested() for item in items]
-    return body
-
-
-def response_body(response: Turn, *, output: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "id": response.id,
-        "object": "response",
-        "status": response.status,
-        "error": response.error,
-        "output": output,
-        "created_at": unix(response.created_at),
-        "completed_at": unix(response.completed_at),
-    }
-
-
-def grant_body(grant: Permission) -> dict[str, Any]:
-    return {
-        "user_id": grant.user.get_username(),
-        "conversation_id": grant.session_id,
-        "level": grant.level,
-    }
-
-
-# --- schema-only serializers (drf-spectacular documents the shapes above) ---------
-
-
-class ErrorDetailSerializer(serializers.Serializer):
-    code = serializers.CharField()
-    message = serializers.CharField()
-
-
-class ErrorSerializer(serializers.Serializer):
-    error = ErrorDetailSerializer()
-
-
-class AgentOutSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    object = serializers.CharField()
-    name = serializers.CharField()
-    description = serializers.CharField()
-    created_at = serializers.IntegerField()
-    model = serializers.CharField(allow_null=True)
-    version = serializers.IntegerField()
-
-
-class ItemOutSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    type = serializers.CharField()
-    status = serializers.CharField()
-    response_id = serializers.CharField(allow_null=True)
-    created_at = serializers.IntegerField()
-    created_by = serializers.CharField(allow_null=True)
-    # DRF's metaclass moves declared fields off the class, so ``.data`` stays the property.
-    data = serializers.DictField()  # type: ignore[assignment]
-
-
-class SessionOutSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    object = serializers.CharField()
-    agent_id = serializers.CharField()
-    agent_name = serializers.CharField()
-    status = serializers.ChoiceField(choices=Session.Status.choices)
-    created_at = serializers.IntegerField()
-    updated_at = serializers.IntegerField()
-    title = serializers.CharField(allow_null=True)
-    labels = serializers.DictField(child=serializers.CharField())
-    runner_id = serializers.CharField(allow_null=True)
-    runner_online = serializers.BooleanField()
-    last_task_error = ErrorDetailSerializer(allow_null=True)
-    active_response_id = serializers.CharField(allow_null=True)
-    permission_level = serializers.IntegerField()
-    items = ItemOutSerializer(many=True)
-
-
-class ResponseOutSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    object = serializers.CharField()
-    status = serializers.ChoiceField(choices=Turn.Status.choices)
-    error = ErrorDetailSerializer(allow_null=True)
-    output = serializers.ListField(child=serializers.DictField())
-    created_at = serializers.IntegerField()
-    completed_at = serializers.IntegerField(allow_null=True)
-
-
-class GrantOutSerializer(serializers.Serializer):
-    user_id = serializers.CharField()
-    conversation_id = serializers.CharField()
-    session_id = serializers.CharField()
-    level = serializers.IntegerField()
-
-
-class SessionCreatedSerializer(serializers.Serializer):
-    session_id = serializers.CharField()
-    agent_id = serializers.CharField()
-    agent_name = serializers.CharField()
-
-
-class DeletedSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    object = serializers.CharField()
-    deleted = serializers.BooleanField()
+    metadata = serializers.CharField(
+        required=False,
+        help_text='optional JSON: {"title": …, "labels": {…}}',
+        style={"base_template": "textarea.html", "rows": 3},
+    )

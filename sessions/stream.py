@@ -20,8 +20,8 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from omnigent_site.flow import WriteWatch
-from omnigent_site.shutdown import stopping
+from omnigent_site.runtime.flow import WriteWatch
+from omnigent_site.runtime.shutdown import stopping
 
 from .eventlog import session_group, sse_frame
 from .models import Session, SessionEvent

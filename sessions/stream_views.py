@@ -7,16 +7,33 @@ from typing import Any
 
 from adrf.views import APIView as AsyncAPIView
 from django.http import HttpResponseBase, StreamingHttpResponse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 
-from omnigent_site.flow import SCOPE_KEY
+from omnigent_site.runtime.flow import SCOPE_KEY
+from omnigent_site.schema import error_responses
 
 from .permissions import SessionAccess, SessionScopedMixin
 from .stream import SessionStream, parse_resume_point
+
+# The body is not JSON: a stream of ``id:``/``event:``/``data:`` frames. OpenAPI 3.0 has no
+# schema for event streams, so the frame format and the event types are described here.
+EVENT_STREAM = {
+    "type": "string",
+    "description": (
+        "Frames `id: <seq>\\nevent: <type>\\ndata: <json>\\n\\n`; the JSON carries `type`. "
+        "First a `session.heartbeat`, then stored events after the resume point, then live "
+        "events; a heartbeat every 15 s while idle; `data: [DONE]` when the session is "
+        "deleted or the server shuts down. Event types: `session.status`, "
+        "`session.input.consumed`, `response.created`, `response.in_progress`, "
+        "`response.completed`, `response.failed`, `response.cancelled` (their `response` has "
+        "the fields of `ResponseOut` with `model` in place of `completed_at`), "
+        "`response.output_text.delta`, `response.output_item.done`, "
+        "`session.changed_files.invalidated`, `session.resync`."
+    ),
+}
 
 
 class EventStreamRenderer(BaseRenderer):
@@ -43,8 +60,28 @@ class SessionStreamView(SessionScopedMixin, AsyncAPIView):
             OpenApiParameter(
                 "Last-Event-ID", int, location=OpenApiParameter.HEADER, description="resume point"
             ),
+            OpenApiParameter(
+                "Cache-Control",
+                str,
+                location=OpenApiParameter.HEADER,
+                response=[200],
+                description="`no-cache`",
+            ),
+            OpenApiParameter(
+                "X-Accel-Buffering",
+                str,
+                location=OpenApiParameter.HEADER,
+                response=[200],
+                description="`no`: proxies must not buffer the stream",
+            ),
         ],
-        responses={(200, "text/event-stream"): OpenApiResponse(OpenApiTypes.STR)},
+        responses={
+            (200, "text/event-stream"): OpenApiResponse(
+                EVENT_STREAM,
+                description="Server-Sent Events of the session (http-api.md, Stream).",
+            ),
+            **error_responses(401, 404),
+        },
     )
     async def get(self, request: Request, session_id: str) -> StreamingHttpResponse:
         after = parse_resume_point(

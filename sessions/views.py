@@ -4,7 +4,12 @@ authorize, call a service or selector, render."""
 from __future__ import annotations
 
 from django.conf import settings
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    PolymorphicProxySerializer,
+    extend_schema,
+)
 from rest_framework import status
 from rest_framework.exceptions import NotFound, UnsupportedMediaType, ValidationError
 from rest_framework.parsers import JSONParser, MultiPartParser
@@ -15,34 +20,50 @@ from rest_framework.views import APIView
 
 from omnigent_site.authentication import request_user
 from omnigent_site.domain_errors import PayloadTooLarge
-from omnigent_site.pagination import paginate, parse_list_params
+from omnigent_site.pagination import MAX_LIMIT, paginate, parse_list_params
+from omnigent_site.schema import error_responses, list_parameters
 from omnigent_site.users import is_admin
 
 from . import selectors, services
 from .models import Permission
 from .permissions import MANAGE, OWNER, READ, SessionAccess, SessionScopedMixin
 from .serializers import (
-    AgentOutSerializer,
-    DeletedSerializer,
-    GrantOutSerializer,
+    BundleUploadForm,
     PermissionGrantSerializer,
-    ResponseOutSerializer,
-    SessionCreatedSerializer,
     SessionCreateSerializer,
-    SessionOutSerializer,
-    agent_body,
-    grant_body,
+    SessionUploadForm,
     parse_metadata_part,
+)
+from .shapes import (
+    AgentDeletedOut,
+    AgentOut,
+    AgentPage,
+    GrantListOut,
+    GrantSetOut,
+    ItemPage,
+    MeOut,
+    ResponseOut,
+    ResponsePage,
+    SessionCreatedOut,
+    SessionOut,
+    SessionPage,
+    agent_body,
+    agent_deleted_body,
+    flat_item,
+    grant_list_body,
+    grant_set_body,
+    me_body,
     response_body,
     session_body,
+    session_created_body,
+    session_row,
 )
 
-LIST_PARAMS = [
-    OpenApiParameter("limit", int, description="1 to 1000"),
-    OpenApiParameter("after", str, description="cursor: an id"),
-    OpenApiParameter("before", str, description="cursor: an id"),
-    OpenApiParameter("order", str, enum=["asc", "desc"]),
-]
+BUNDLE_UPLOAD = {
+    "type": "object",
+    "properties": {"bundle": {"type": "string", "format": "binary"}},
+    "required": ["bundle"],
+}
 
 
 def read_bundle_part(request: Request) -> bytes:
@@ -72,11 +93,16 @@ def require_content_type(request: Request, *allowed: str) -> str:
 
 class AgentListView(APIView):
     parser_classes = [MultiPartParser]
+    browsable_form = BundleUploadForm
     permission_classes = [IsAuthenticated]
 
     @extend_schema(
-        parameters=[*LIST_PARAMS, OpenApiParameter("name", str)],
-        responses=AgentOutSerializer(many=True),
+        operation_id="agents_list",
+        parameters=[
+            *list_parameters(default_limit=20, default_order="desc"),
+            OpenApiParameter("name", str),
+        ],
+        responses={200: AgentPage, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
         params = parse_list_params(request.query_params)
@@ -87,13 +113,8 @@ class AgentListView(APIView):
         return Response(page.body(agent_body, lambda agent: agent.id))
 
     @extend_schema(
-        request={
-            "multipart/form-data": {
-                "type": "object",
-                "properties": {"bundle": {"type": "string", "format": "binary"}},
-            }
-        },
-        responses={201: AgentOutSerializer},
+        request={"multipart/form-data": BUNDLE_UPLOAD},
+        responses={201: AgentOut, **error_responses(400, 401, 409, 413, 415)},
     )
     def post(self, request: Request) -> Response:
         require_content_type(request, "multipart/form-data")
@@ -106,36 +127,50 @@ class AgentListView(APIView):
 class AgentDetailView(APIView):
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(responses=AgentOutSerializer)
+    @extend_schema(responses={200: AgentOut, **error_responses(401, 404)})
     def get(self, request: Request, agent_id: str) -> Response:
         return Response(
             agent_body(selectors.agent_for(agent_id=agent_id, user=request_user(request)))
         )
 
-    @extend_schema(responses=DeletedSerializer)
+    @extend_schema(responses={200: AgentDeletedOut, **error_responses(401, 403, 404)})
     def delete(self, request: Request, agent_id: str) -> Response:
         agent = selectors.agent_for(agent_id=agent_id, user=request_user(request))
         services.delete_template_agent(
             agent=agent, user=request_user(request), is_admin=is_admin(request.user)
         )
-        return Response({"id": agent_id, "object": "agent.deleted", "deleted": True})
+        return Response(agent_deleted_body(agent_id))
 
 
 # --- sessions ---------------------------------------------------------------------
 
+# One 201 status, two bodies: which one depends on the request's Content-Type.
+SESSION_CREATED = PolymorphicProxySerializer(
+    component_name="SessionCreateReply",
+    # Shapes, not serializers: omnigent_site.schema.TypedDictShapes maps them (the stubs
+    # only know serializers).
+    serializers=[SessionOut, SessionCreatedOut],  # type: ignore[list-item]
+    resource_type_field_name=None,
+)
+
 
 class SessionListView(APIView):
     parser_classes = [JSONParser, MultiPartParser]
+    browsable_form = SessionUploadForm
     permission_classes = [IsAuthenticated]
 
     @extend_schema(
+        operation_id="sessions_list",
         parameters=[
-            *LIST_PARAMS,
+            *list_parameters(default_limit=20, default_order="desc"),
             OpenApiParameter("agent_id", str),
             OpenApiParameter("agent_name", str),
-            OpenApiParameter("sort_by", str, enum=["created_at", "updated_at"]),
+            OpenApiParameter(
+                "sort_by",
+                {"type": "string", "enum": ["created_at", "updated_at"], "default": "created_at"},
+            ),
         ],
-        responses=SessionOutSerializer(many=True),
+        responses={200: SessionPage, **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
         params = parse_list_params(request.query_params)
@@ -153,7 +188,7 @@ class SessionListView(APIView):
         )
         return Response(
             page.body(
-                lambda session: session_body(session, level=levels.get(session.id, 0)),
+                lambda session: session_row(session, level=levels.get(session.id, 0)),
                 lambda session: session.id,
             )
         )
@@ -170,7 +205,14 @@ class SessionListView(APIView):
                 "required": ["bundle"],
             },
         },
-        responses={201: SessionCreatedSerializer},
+        responses={
+            201: OpenApiResponse(
+                SESSION_CREATED,
+                description="A JSON request gets the session object; a multipart request "
+                "gets `{session_id, agent_id, agent_name}`.",
+            ),
+            **error_responses(400, 401, 404, 413, 415),
+        },
     )
     def post(self, request: Request) -> Response:
         media = require_content_type(request, "application/json", "multipart/form-data")
@@ -183,20 +225,13 @@ class SessionListView(APIView):
             session = services.create_session_from_bundle(
                 user=request_user(request), data=read_bundle_part(request), **metadata
             )
-            return Response(
-                {
-                    "session_id": session.id,
-                    "agent_id": session.agent_id,
-                    "agent_name": session.agent.name,
-                },
-                status=status.HTTP_201_CREATED,
-            )
+            return Response(session_created_body(session), status=status.HTTP_201_CREATED)
         serializer = SessionCreateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         values = dict(serializer.validated_data)
         agent = selectors.agent_for(agent_id=values.pop("agent_id"), user=request_user(request))
         session = services.create_session(user=request_user(request), agent=agent, **values)
-        items = list(selectors.session_items(session=session))
+        items = selectors.session_items(session=session)
         return Response(
             session_body(session, level=OWNER, items=items), status=status.HTTP_201_CREATED
         )
@@ -205,7 +240,10 @@ class SessionListView(APIView):
 class SessionItemsView(SessionScopedMixin, APIView):
     permission_classes = [IsAuthenticated, SessionAccess]
 
-    @extend_schema(parameters=LIST_PARAMS, responses=dict)
+    @extend_schema(
+        parameters=list_parameters(default_limit=100, default_order="asc"),
+        responses={200: ItemPage, **error_responses(400, 401, 404)},
+    )
     def get(self, request: Request, session_id: str) -> Response:
         params = parse_list_params(request.query_params, default_limit=100, default_order="asc")
         page = paginate(
@@ -214,13 +252,13 @@ class SessionItemsView(SessionScopedMixin, APIView):
             sort_field="seq",
             cursor_field="id",
         )
-        return Response(page.body(lambda item: item.flat(), lambda item: item.id))
+        return Response(page.body(flat_item, lambda item: item.id))
 
 
 class SessionAgentView(SessionScopedMixin, APIView):
     permission_classes = [IsAuthenticated, SessionAccess]
 
-    @extend_schema(responses=AgentOutSerializer)
+    @extend_schema(responses={200: AgentOut, **error_responses(401, 404)})
     def get(self, request: Request, session_id: str) -> Response:
         return Response(agent_body(self.session.agent))
 
@@ -228,7 +266,11 @@ class SessionAgentView(SessionScopedMixin, APIView):
 class ResponseListView(SessionScopedMixin, APIView):
     permission_classes = [IsAuthenticated, SessionAccess]
 
-    @extend_schema(parameters=LIST_PARAMS, responses=ResponseOutSerializer(many=True))
+    @extend_schema(
+        operation_id="sessions_responses_list",
+        parameters=list_parameters(default_limit=20, default_order="asc"),
+        responses={200: ResponsePage, **error_responses(400, 401, 404)},
+    )
     def get(self, request: Request, session_id: str) -> Response:
         params = parse_list_params(request.query_params, default_order="asc")
         page = paginate(
@@ -245,7 +287,7 @@ class ResponseListView(SessionScopedMixin, APIView):
 class ResponseDetailView(SessionScopedMixin, APIView):
     permission_classes = [IsAuthenticated, SessionAccess]
 
-    @extend_schema(responses=ResponseOutSerializer)
+    @extend_schema(responses={200: ResponseOut, **error_responses(401, 404)})
     def get(self, request: Request, session_id: str, response_id: str) -> Response:
         turn = selectors.session_responses(session=self.session).filter(pk=response_id).first()
         if turn is None:
@@ -258,8 +300,15 @@ class PermissionListView(SessionScopedMixin, APIView):
     session_levels = {"GET": MANAGE, "PUT": MANAGE}
 
     @extend_schema(
-        parameters=[OpenApiParameter("limit", int), OpenApiParameter("after", str)],
-        responses=dict,
+        parameters=[
+            OpenApiParameter(
+                "limit",
+                {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 100},
+                description=f"page size, 1 to {MAX_LIMIT}",
+            ),
+            OpenApiParameter("after", str, description="cursor: a user id (`next_cursor`)"),
+        ],
+        responses={200: GrantListOut, **error_responses(400, 401, 403, 404)},
     )
     def get(self, request: Request, session_id: str) -> Response:
         params = parse_list_params(request.query_params, default_limit=100, default_order="asc")
@@ -270,13 +319,13 @@ class PermissionListView(SessionScopedMixin, APIView):
         more = len(rows) > params.limit
         rows = rows[: params.limit]
         return Response(
-            {
-                "permissions": [grant_body(grant) for grant in rows],
-                "next_cursor": rows[-1].user.get_username() if more else None,
-            }
+            grant_list_body(rows, next_cursor=rows[-1].user.get_username() if more else None)
         )
 
-    @extend_schema(request=PermissionGrantSerializer, responses=GrantOutSerializer)
+    @extend_schema(
+        request=PermissionGrantSerializer,
+        responses={200: GrantSetOut, **error_responses(400, 401, 403, 404, 413, 415)},
+    )
     def put(self, request: Request, session_id: str) -> Response:
         serializer = PermissionGrantSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -286,7 +335,7 @@ class PermissionListView(SessionScopedMixin, APIView):
             user_id=serializer.validated_data["user_id"],
             level=serializer.validated_data["level"],
         )
-        return Response({**grant_body(grant), "session_id": grant.session_id})
+        return Response(grant_set_body(grant))
 
 
 class PermissionDetailView(SessionScopedMixin, APIView):
@@ -296,7 +345,12 @@ class PermissionDetailView(SessionScopedMixin, APIView):
         leaving = self.kwargs.get("user_id") == request.user.get_username()
         return READ if leaving else MANAGE
 
-    @extend_schema(responses={204: OpenApiResponse(description="revoked")})
+    @extend_schema(
+        responses={
+            204: OpenApiResponse(description="revoked"),
+            **error_responses(401, 403, 404),
+        }
+    )
     def delete(self, request: Request, session_id: str, user_id: str) -> Response:
         services.revoke_permission(session=self.session, user_id=user_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -305,8 +359,8 @@ class PermissionDetailView(SessionScopedMixin, APIView):
 class MeView(APIView):
     permission_classes = [IsAuthenticated]
 
-    @extend_schema(responses=dict)
+    @extend_schema(responses={200: MeOut, **error_responses(401)})
     def get(self, request: Request) -> Response:
         return Response(
-            {"user_id": request.user.get_username(), "is_admin": is_admin(request.user)}
+            me_body(user_id=request.user.get_username(), is_admin=is_admin(request.user))
         )

@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.test import AsyncClient
 
-from omnigent_runner import PROTOCOL_VERSION
+from omnigent_runner import PROTOCOL_VERSION, protocol
 from omnigent_runner.identity import derive_runner_id
 from omnigent_site.asgi import application
 from runners.models import Runner
@@ -34,7 +34,14 @@ class StubRunner:
         self.runner_id = runner_id
 
     async def recv(self, timeout: float = FRAME_TIMEOUT) -> dict[str, Any]:
-        return await self.comm.receive_json_from(timeout=timeout)
+        """The next server frame, checked against the protocol, as its wire dict."""
+        text = await self.comm.receive_from(timeout=timeout)
+        protocol.decode_server_frame(text)  # raises if the server sent a bad frame
+        frame: dict[str, Any] = json.loads(text)
+        return frame
+
+    async def send(self, frame: protocol.Frame) -> None:
+        await self.comm.send_to(text_data=protocol.encode(frame))
 
     async def expect(self, kind: str) -> dict[str, Any]:
         frame = await self.recv()
@@ -42,17 +49,19 @@ class StubRunner:
         return frame
 
     async def ack(self, frame: dict[str, Any]) -> None:
-        await self.comm.send_json_to({"type": "ack", "id": frame["id"]})
+        await self.send(protocol.Ack(id=frame["id"]))
 
     async def nack(self, frame: dict[str, Any], code: str = "busy") -> None:
-        await self.comm.send_json_to(
-            {"type": "nack", "id": frame["id"], "error": {"code": code, "message": "no"}}
+        await self.send(
+            protocol.Nack(id=frame["id"], error=protocol.ErrorInfo(code=code, message="no"))
         )
 
     async def nothing_pending(self) -> None:
         """Prove no command was queued for the runner: the next frame is this probe's ack."""
-        await self.comm.send_json_to(
-            {"type": "event", "session_id": "conv_probe", "seq": 1, "event": {}}
+        await self.send(
+            protocol.EventFrame(
+                session_id="conv_probe", seq=1, event=protocol.ResponseCreated(response_id="r")
+            )
         )
         frame = await self.recv()
         assert frame == {"type": "event.ack", "session_id": "conv_probe", "seq": 1}, frame
@@ -76,16 +85,13 @@ class Stubs:
         self.opened.append(comm)
         connected, _ = await comm.connect(timeout=FRAME_TIMEOUT)
         assert connected
-        await comm.send_json_to(
-            {
-                "type": "hello",
-                "protocol": PROTOCOL_VERSION,
-                "runner_version": "stub",
-                "workspace": {"root": "/tmp/stub", "vcs": "none"},
-                "capabilities": {},
-                "open_sessions": open_sessions or [],
-            }
+        hello = protocol.Hello(
+            protocol=PROTOCOL_VERSION,
+            runner_version="stub",
+            workspace={"root": "/tmp/stub", "vcs": "none"},
+            open_sessions=open_sessions or [],
         )
+        await comm.send_to(text_data=protocol.encode(hello))
         welcome = await comm.receive_json_from(timeout=FRAME_TIMEOUT)
         assert welcome["type"] == "welcome", welcome
         return StubRunner(comm, runner_id)

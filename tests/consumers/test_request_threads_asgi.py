@@ -15,7 +15,7 @@ from django.core.signals import request_finished
 from django.db import connection
 
 from omnigent_site.asgi import application
-from omnigent_site.handler import PooledThreadsASGIHandler
+from omnigent_site.runtime.handler import PooledThreadsASGIHandler
 
 from .asgi_http import asgi_get
 

@@ -17,7 +17,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from omnigent_site.asgi import application, django_asgi_app
-from omnigent_site.handler import RequestThreadPool
+from omnigent_site.runtime.handler import RequestThreadPool
 from omnigent_site.users import get_or_create_user
 from sessions import stream as stream_module
 from sessions.eventlog import record_event, session_group

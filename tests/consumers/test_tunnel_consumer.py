@@ -21,11 +21,12 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 
-from omnigent_runner import PROTOCOL_VERSION
+from omnigent_runner import PROTOCOL_VERSION, protocol
 from omnigent_runner.identity import derive_runner_id, new_binding_token
 from omnigent_site.asgi import application
 from runners import runner_events, services
 from runners.models import Runner
+from runners.relay import RelayError, send_command
 from sessions.models import Item, Session, SessionEvent, Turn
 from sessions.services import create_session_from_bundle
 from workspaces.models import FileChange
@@ -52,14 +53,13 @@ def tunnel_path(runner_id: str) -> str:
 
 
 def hello_frame(**extra: Any) -> dict[str, Any]:
-    return {
-        "type": "hello",
-        "protocol": PROTOCOL_VERSION,
-        "runner_version": "test-1.2.3",
-        "workspace": {"root": "/tmp/workspace", "vcs": "none"},
-        "capabilities": {},
-        **extra,
-    }
+    """A valid ``hello`` as sent on the wire; ``extra`` overrides fields (even wrongly)."""
+    hello = protocol.Hello(
+        protocol=PROTOCOL_VERSION,
+        runner_version="test-1.2.3",
+        workspace={"root": "/tmp/workspace", "vcs": "none"},
+    )
+    return {**protocol.to_builtins(hello), **extra}
 
 
 async def receive(comm: WebsocketCommunicator, timeout: float = FRAME_TIMEOUT) -> dict[str, Any]:
@@ -89,7 +89,10 @@ async def probe(comm: WebsocketCommunicator) -> dict[str, Any]:
     The consumer handles frames in order, so any frame it had queued (a stray
     ``session.open``) would arrive before this acknowledgement.
     """
-    await comm.send_json_to({"type": "event", "session_id": "conv_probe", "seq": 7, "event": {}})
+    probe_event = protocol.EventFrame(
+        session_id="conv_probe", seq=7, event=protocol.ResponseCreated(response_id="resp_probe")
+    )
+    await comm.send_to(text_data=protocol.encode(probe_event))
     frame = await receive(comm)
     assert frame == {"type": "event.ack", "session_id": "conv_probe", "seq": 7}, frame
     return frame
@@ -396,6 +399,123 @@ async def test_malformed_and_binary_frames_after_hello_are_ignored(
     assert ping["type"] == "ping"
     await comm.send_json_to({"type": "pong", "ts": ping["ts"]})
     assert (await receive(comm))["type"] == "ping"
+
+
+async def test_hello_with_wrongly_typed_fields_closes_4001(
+    tunnels: Tunnels, registered: tuple[Runner, str]
+) -> None:
+    runner, token = registered
+    comm = await tunnels.connect(token)
+    await comm.send_json_to(hello_frame(open_sessions="conv_1"))
+    assert await expect_close(comm, 4001) == []
+    assert await in_db(lambda: runner_row(runner.id).generation)() == 0
+
+
+async def test_hello_of_another_protocol_closes_4002_even_if_unreadable(
+    tunnels: Tunnels, registered: tuple[Runner, str]
+) -> None:
+    """A newer runner's hello may not parse as protocol 1: it still learns the version
+    is the problem (4002), not that its hello was malformed (4001)."""
+    _runner, token = registered
+    comm = await tunnels.connect(token)
+    await comm.send_json_to({"type": "hello", "protocol": 2, "workspace": ["new", "shape"]})
+    assert await expect_close(comm, 4002) == []
+
+
+async def test_unknown_frame_before_hello_closes_4001(
+    tunnels: Tunnels, registered: tuple[Runner, str]
+) -> None:
+    _runner, token = registered
+    comm = await tunnels.connect(token)
+    await comm.send_json_to({"type": "no.such.frame"})
+    assert await expect_close(comm, 4001) == []
+
+
+async def test_an_unreadable_answer_fails_its_command_at_once(
+    tunnels: Tunnels, registered: tuple[Runner, str]
+) -> None:
+    """docs/protocol.md: an answer that names a pending command but cannot be parsed
+    fails that command with ``invalid_reply`` instead of leaving it to the deadline."""
+    runner, token = registered
+    comm, _ = await tunnels.online(token)
+    channel = await in_db(lambda: runner_row(runner.id).channel_name)()
+    started = time.monotonic()
+    pending = asyncio.ensure_future(
+        send_command(
+            channel_name=channel,
+            command=protocol.TurnInterrupt(session_id="conv_x"),
+            timeout=10.0,
+        )
+    )
+    command = await receive(comm)
+    assert command["type"] == "turn.interrupt", command
+    await comm.send_json_to({"type": "nack", "id": command["id"], "error": "no object"})
+    with pytest.raises(RelayError) as failed:
+        await asyncio.wait_for(pending, FRAME_TIMEOUT)
+    assert failed.value.code == "invalid_reply"
+    assert time.monotonic() - started < 5.0
+    # A later answer for it is only logged: the command is no longer pending.
+    await comm.send_json_to({"type": "ack", "id": command["id"]})
+    await probe(comm)
+
+
+async def test_a_nack_without_an_error_object_is_a_rejection(
+    tunnels: Tunnels, registered: tuple[Runner, str]
+) -> None:
+    runner, token = registered
+    comm, _ = await tunnels.online(token)
+    channel = await in_db(lambda: runner_row(runner.id).channel_name)()
+    pending = asyncio.ensure_future(
+        send_command(channel_name=channel, command=protocol.TurnInterrupt(session_id="conv_x"))
+    )
+    command = await receive(comm)
+    await comm.send_json_to({"type": "nack", "id": command["id"]})
+    with pytest.raises(RelayError) as failed:
+        await asyncio.wait_for(pending, FRAME_TIMEOUT)
+    assert (failed.value.code, failed.value.message) == (
+        "rejected",
+        "the runner rejected the command",
+    )
+
+
+async def test_an_event_with_an_unreadable_payload_is_acknowledged_and_skipped(
+    tunnels: Tunnels, registered: tuple[Runner, str], bound_session: Session
+) -> None:
+    """The envelope is valid, so the seq is stored and acknowledged (the runner must
+    not resend it forever); the payload is skipped."""
+    _runner, token = registered
+    sid = bound_session.id
+    response = await open_turn(bound_session)
+    comm, _ = await tunnels.online(token, open_sessions=[sid])
+    missing_item_id = {"type": "response.output_text.delta", "response_id": response.id}
+    assert (await send_event(comm, sid, 1, missing_item_id))["seq"] == 1
+    assert (await send_event(comm, sid, 2, {"type": "from.a.newer.runner"}))["seq"] == 2
+    await comm.send_json_to({"type": "event", "session_id": sid, "seq": 3, "event": "text"})
+    assert (await receive(comm))["seq"] == 3
+    session = await in_db(Session.objects.get)(pk=sid)
+    assert session.last_runner_seq == 3
+    shown = await in_db(
+        lambda: list(SessionEvent.objects.filter(session_id=sid, type="response.output_text.delta"))
+    )()
+    assert shown == []
+
+
+async def test_an_event_frame_without_a_valid_envelope_is_ignored_unacknowledged(
+    tunnels: Tunnels, registered: tuple[Runner, str], bound_session: Session
+) -> None:
+    _runner, token = registered
+    sid = bound_session.id
+    comm, _ = await tunnels.online(token, open_sessions=[sid])
+    created = {"type": "response.created", "response_id": "resp_x"}
+    for envelope in (
+        {"session_id": sid, "seq": 0},
+        {"session_id": sid, "seq": True},
+        {"session_id": 5, "seq": 1},
+        {"seq": 1},
+    ):
+        await comm.send_json_to({"type": "event", **envelope, "event": created})
+    await probe(comm)  # the probe's ack is the first frame: none of those was acknowledged
+    assert (await in_db(Session.objects.get)(pk=sid)).last_runner_seq == 0
 
 
 # ------------------------------------------------------------------ liveness

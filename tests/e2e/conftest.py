@@ -15,11 +15,15 @@ from testing.processes import (
     Runner,
     Server,
     base_env,
+    bind,
+    create_session,
     migrate,
     postgres_database,
     register_runner,
+    send_message,
     start_runner,
     start_server,
+    wait_until,
 )
 from tests.conftest import require_service
 
@@ -179,6 +183,24 @@ def two_servers(
         _dump_logs(request, first.process, second.process)
         first.process.stop()
         second.process.stop()
+
+
+def orphan_a_turn(
+    first: Server, runner: Runner, mock_llm: MockLLMServer, bundle: bytes
+) -> tuple[str, str]:
+    """Start a slow turn on ``first``, then kill ``first`` (SIGKILL: no disconnect
+    handling, no grace timer) and stop the runner: the Runner row still names the dead
+    process's channel and the runner never comes back. Returns (session, turn) ids."""
+    mock_llm.configure([{"text": "too late", "delay_s": 30}])
+    session_id = create_session(first, bundle)
+    bind(first, session_id, runner.runner_id)
+    response = send_message(first, session_id, "take your time")
+    assert response.status_code == 202, response.text
+    wait_until(lambda: mock_llm.requests, deadline_s=30, what="the turn to reach the LLM")
+    first.process.kill()
+    assert runner.process is not None
+    runner.process.stop()
+    return session_id, str(response.json()["response_id"])
 
 
 __all__ = ["secrets"]

@@ -170,6 +170,13 @@ def test_readme_walkthrough_lists_the_change_and_ctrl_c_stops_cleanly(
     # make run printed what the mock answered.
     terminal.read_until("mock LLM: asked 'Write hello.txt': answered tool call sys_os_write", 30)
 
+    # Start-up without noise: no key warning, no HTTP/2 notice, each rejection once.
+    assert "DJANGO_SECRET_KEY" not in terminal.text
+    assert "HTTP/2" not in terminal.text
+    httpx.get(f"{base_url}/v1/sessions/conv_missing", timeout=5)
+    terminal.read_until('"GET /v1/sessions/conv_missing" 404', 10)
+    assert terminal.text.count("Not Found: /v1/sessions/conv_missing") == 1
+
     code = terminal.ctrl_c_and_wait(STOP_DEADLINE_S)
     tail = terminal.text[terminal.text.rindex("^C") :] if "^C" in terminal.text else terminal.text
     assert code == 0, terminal.text[-3000:]

@@ -1,7 +1,7 @@
 """A server process that dies holding a tunnel: another process fails the runner's turn.
 
 The second process holds no tunnel at all, so only its process-wide sweep
-(``runners/upkeep.py``, started by ``omnigent_site.serve``) can notice.
+(``runners/upkeep.py``, started in every server process) can notice.
 """
 
 from __future__ import annotations
@@ -11,15 +11,8 @@ from collections.abc import Callable
 import pytest
 
 from testing.mockllm import MockLLMServer
-from testing.processes import (
-    Runner,
-    Server,
-    bind,
-    create_session,
-    send_message,
-    wait_turn,
-    wait_until,
-)
+from testing.processes import Runner, Server, wait_turn
+from tests.e2e.conftest import orphan_a_turn
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -35,19 +28,7 @@ def test_a_process_without_tunnels_fails_the_turn_of_a_runner_whose_server_died(
 ) -> None:
     first = launch_server(**FAST)
     runner = launch_runner(first)
-    mock_llm.configure([{"text": "too late", "delay_s": 30}])
-    session_id = create_session(first, make_bundle())
-    bind(first, session_id, runner.runner_id)
-    response = send_message(first, session_id, "take your time")
-    assert response.status_code == 202, response.text
-    response_id = response.json()["response_id"]
-    wait_until(lambda: mock_llm.requests, deadline_s=30, what="the turn to reach the LLM")
-
-    # No disconnect handling, no grace timer: the Runner row still names the dead
-    # process's channel. The runner has nowhere to reconnect to.
-    first.process.kill()
-    assert runner.process is not None
-    runner.process.stop()
+    session_id, response_id = orphan_a_turn(first, runner, mock_llm, make_bundle())
 
     second = launch_server(**FAST)  # the same database; no runner ever connects here
     turn = wait_turn(second, session_id, response_id, statuses=("failed",), deadline_s=60)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from omnigent_runner import protocol
 from omnigent_runner.agent import AgentExecutor
 from omnigent_runner.bundles import build_bundle
 from omnigent_runner.executor import CommandRejected
@@ -36,9 +37,11 @@ class RecordingSink:
         self.events: list[tuple[str, Event]] = []
         self._changed = asyncio.Event()
 
-    def emit(self, session_id: str, event: Event) -> None:
-        json.dumps(event)  # the tunnel sends events as JSON: they must encode
-        self.events.append((session_id, event))
+    def emit(self, session_id: str, event: protocol.AnyEvent) -> None:
+        # The tunnel sends events as protocol frames: each must be one and encode.
+        # Tests read the event's wire form, which is what the server receives.
+        assert protocol.frame_type(event) in protocol.EVENT_TYPES, event
+        self.events.append((session_id, json.loads(protocol.encode_bytes(event))))
         self._changed.set()
 
     def of(self, type_: str, response_id: str | None = None) -> list[Event]:
@@ -140,9 +143,11 @@ def agent_yaml(
     return "\n".join(lines) + "\n"
 
 
-def agent(yaml_text: str, *, agent_id: str = "agent_1", version: str = "1") -> dict[str, Any]:
+def agent(yaml_text: str, *, agent_id: str = "agent_1", version: int = 1) -> protocol.AgentRef:
     bundle = build_bundle({"agent.yaml": yaml_text})
-    return {"id": agent_id, "version": version, "bundle_b64": base64.b64encode(bundle).decode()}
+    return protocol.AgentRef(
+        id=agent_id, version=version, bundle_b64=base64.b64encode(bundle).decode()
+    )
 
 
 def user(text: str, item_id: str | None = None) -> Event:
@@ -519,7 +524,9 @@ async def test_turn_timeout(mock, make_executor) -> None:
 
 async def test_bad_bundle_fails_each_turn_with_agent_load_failed(make_executor) -> None:
     executor, sink = make_executor()
-    bad = {"id": "agent_bad", "version": "1", "bundle_b64": base64.b64encode(b"junk").decode()}
+    bad = protocol.AgentRef(
+        id="agent_bad", version=1, bundle_b64=base64.b64encode(b"junk").decode()
+    )
     await executor.open_session(session_id=SID, agent=bad, history=[])
     assert executor.open_session_ids() == [SID]
     for response_id in ("resp_1", "resp_2"):
@@ -532,7 +539,9 @@ async def test_bad_bundle_fails_each_turn_with_agent_load_failed(make_executor) 
         assert sink.types(response_id)[:2] == ["session.status", "response.created"]
 
     await executor.open_session(
-        session_id="sess_2", agent={"id": "a", "version": "1", "bundle_b64": "%%%"}, history=[]
+        session_id="sess_2",
+        agent=protocol.AgentRef(id="a", version=1, bundle_b64="%%%"),
+        history=[],
     )
     await executor.start_turn(session_id="sess_2", response_id="resp_3", input=[], tools=[])
     assert (await sink.wait_end("resp_3"))["error"]["code"] == "agent_load_failed"

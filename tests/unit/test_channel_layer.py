@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from omnigent_site.channel_layer import EmbeddedChannelLayer
+from omnigent_site.runtime.channel_layer import EmbeddedChannelLayer
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -1,4 +1,4 @@
-"""The pooled request threads of ``omnigent_site.handler`` (no database, no server)."""
+"""The pooled request threads of ``omnigent_site.runtime.handler`` (no database, no server)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import close_old_connections, reset_queries
 
-from omnigent_site import handler as handler_module
-from omnigent_site.handler import (
+from omnigent_site.runtime import handler as handler_module
+from omnigent_site.runtime.handler import (
     PooledThreadsASGIHandler,
     RequestThread,
     RequestThreadPool,

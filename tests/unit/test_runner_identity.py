@@ -12,6 +12,13 @@ import pytest
 from omnigent_runner.config import ConfigError, RunnerConfig, load_config
 from omnigent_runner.identity import RUNNER_ID_PREFIX, derive_runner_id, new_binding_token
 from omnigent_runner.outbox import BACKLOG_FULL_CODE, Outbox
+from omnigent_runner.protocol import (
+    EventFrame,
+    OutputItemDone,
+    OutputTextDelta,
+    SessionStatus,
+    WorkspaceChanges,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -175,8 +182,17 @@ def test_tunnel_url_via_load_config_keeps_path_prefix(tmp_path: Path) -> None:
 # -------------------------------------------------------------------- outbox
 
 
-def _ev(response_id: str | None = "resp_1", kind: str = "response.output_text.delta") -> dict:
-    return {"type": kind, "response_id": response_id}
+def _ev(response_id: str = "resp_1") -> OutputTextDelta:
+    return OutputTextDelta(response_id=response_id, item_id="item_1", delta="x")
+
+
+def _changes() -> WorkspaceChanges:
+    return WorkspaceChanges(mode="agent_edit", entries=[])
+
+
+def _seq(frame: EventFrame | None) -> int:
+    assert frame is not None
+    return frame.seq
 
 
 def test_outbox_numbers_each_session_from_one() -> None:
@@ -184,10 +200,10 @@ def test_outbox_numbers_each_session_from_one() -> None:
     a1 = outbox.emit("a", _ev())
     a2 = outbox.emit("a", _ev())
     b1 = outbox.emit("b", _ev())
-    assert a1 == {"type": "event", "session_id": "a", "seq": 1, "event": _ev()}
-    assert (a2 or {})["seq"] == 2
-    assert (b1 or {})["seq"] == 1
-    assert [(f["session_id"], f["seq"]) for f in outbox.pending()] == [("a", 1), ("a", 2), ("b", 1)]
+    assert a1 == EventFrame(session_id="a", seq=1, event=_ev())
+    assert a2 is not None and a2.seq == 2
+    assert b1 is not None and b1.seq == 1
+    assert [(f.session_id, f.seq) for f in outbox.pending()] == [("a", 1), ("a", 2), ("b", 1)]
 
 
 def test_outbox_ack_is_cumulative() -> None:
@@ -196,20 +212,20 @@ def test_outbox_ack_is_cumulative() -> None:
         outbox.emit("a", _ev())
     outbox.emit("b", _ev())
     outbox.ack("a", 3)
-    assert [(f["session_id"], f["seq"]) for f in outbox.pending()] == [("a", 4), ("a", 5), ("b", 1)]
+    assert [(f.session_id, f.seq) for f in outbox.pending()] == [("a", 4), ("a", 5), ("b", 1)]
     outbox.ack("a", 2)  # a stale ack changes nothing
     outbox.ack("unknown", 9)
     assert len(outbox) == 3
     outbox.ack("a", 5)
     outbox.ack("b", 1)
     assert outbox.pending() == []
-    assert (outbox.emit("a", _ev()) or {})["seq"] == 6
+    assert _seq(outbox.emit("a", _ev())) == 6
 
 
 def test_outbox_resync_after_restart_continues_numbering() -> None:
     restarted = Outbox()  # a fresh process: nothing buffered, would start at 1
     restarted.resync("a", 7)
-    assert (restarted.emit("a", _ev()) or {})["seq"] == 8
+    assert _seq(restarted.emit("a", _ev())) == 8
 
 
 def test_outbox_resync_drops_what_the_server_stored_and_keeps_the_rest() -> None:
@@ -217,8 +233,8 @@ def test_outbox_resync_drops_what_the_server_stored_and_keeps_the_rest() -> None
     for _ in range(4):
         outbox.emit("a", _ev())
     outbox.resync("a", 2)
-    assert [f["seq"] for f in outbox.pending()] == [3, 4]
-    assert (outbox.emit("a", _ev()) or {})["seq"] == 5
+    assert [f.seq for f in outbox.pending()] == [3, 4]
+    assert _seq(outbox.emit("a", _ev())) == 5
 
 
 def test_outbox_cap_reports_one_failure_per_session(caplog: pytest.LogCaptureFixture) -> None:
@@ -231,17 +247,18 @@ def test_outbox_cap_reports_one_failure_per_session(caplog: pytest.LogCaptureFix
 
     failure = outbox.emit("a", _ev("resp_a2"))
     assert failure is not None
-    assert failure["seq"] == 3
-    assert failure["event"]["type"] == "session.status"
-    assert failure["event"]["status"] == "failed"
-    assert failure["event"]["response_id"] == "resp_a2"
-    assert failure["event"]["error"]["code"] == BACKLOG_FULL_CODE
+    assert failure.seq == 3
+    assert isinstance(failure.event, SessionStatus)
+    assert failure.event.status == "failed"
+    assert failure.event.response_id == "resp_a2"
+    assert failure.event.error is not None and failure.event.error.code == BACKLOG_FULL_CODE
     assert "backlog full" in caplog.text
 
     for _ in range(100):
         assert outbox.emit("a", _ev("resp_a2")) is None
     other = outbox.emit("b", _ev("resp_b"))
-    assert other is not None and other["event"]["error"]["code"] == BACKLOG_FULL_CODE
+    assert other is not None and isinstance(other.event, SessionStatus)
+    assert other.event.error is not None and other.event.error.code == BACKLOG_FULL_CODE
     assert outbox.emit("b", _ev("resp_b")) is None
     assert len(outbox) == 5  # the cap plus one failure per session, never more
 
@@ -251,31 +268,27 @@ def test_outbox_cap_reports_one_failure_per_session(caplog: pytest.LogCaptureFix
     outbox.ack("b", 2)
     assert outbox.emit("a", _ev("resp_a2")) is None
     fresh = outbox.emit("a", _ev("resp_a3"))
-    assert fresh is not None and fresh["seq"] == 4
+    assert fresh is not None and fresh.seq == 4
 
 
 def test_outbox_failure_without_any_response_id() -> None:
     outbox = Outbox(max_unacked=1)
-    outbox.emit("a", {"type": "workspace.changes"})
-    failure = outbox.emit("a", {"type": "workspace.changes"})
-    assert failure is not None
-    assert failure["event"]["response_id"] is None
+    outbox.emit("a", _changes())
+    failure = outbox.emit("a", _changes())
+    assert failure is not None and isinstance(failure.event, SessionStatus)
+    assert failure.event.response_id is None
 
 
 def test_outbox_replaces_an_event_too_large_for_a_frame() -> None:
     from omnigent_runner.outbox import TOO_LARGE_CODE, Outbox
 
     outbox = Outbox(max_event_bytes=1000)
-    small = outbox.emit(
-        "conv_1", {"type": "response.output_text.delta", "response_id": "r1", "delta": "x"}
-    )
-    big = outbox.emit(
-        "conv_1",
-        {"type": "response.output_item.done", "response_id": "r1", "item": {"text": "y" * 5000}},
-    )
-    assert small is not None and small["event"]["delta"] == "x"
-    assert big is not None and big["seq"] == 2
-    assert big["event"]["type"] == "session.status"
-    assert big["event"]["status"] == "failed"
-    assert big["event"]["response_id"] == "r1"
-    assert big["event"]["error"]["code"] == TOO_LARGE_CODE
+    small = outbox.emit("conv_1", OutputTextDelta(response_id="r1", item_id="i1", delta="x"))
+    big = outbox.emit("conv_1", OutputItemDone(response_id="r1", item={"text": "y" * 5000}))
+    assert small is not None and isinstance(small.event, OutputTextDelta)
+    assert small.event.delta == "x"
+    assert big is not None and big.seq == 2
+    assert isinstance(big.event, SessionStatus)
+    assert big.event.status == "failed"
+    assert big.event.response_id == "r1"
+    assert big.event.error is not None and big.event.error.code == TOO_LARGE_CODE

@@ -25,6 +25,7 @@ from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION
 from omnigent_runner.config import RunnerConfig
 from omnigent_runner.executor import CommandRejected, EventSink
 from omnigent_runner.identity import derive_runner_id
+from omnigent_runner.protocol import AgentRef
 from omnigent_runner.tunnel import TOKEN_HEADER, RunnerTunnel
 
 pytestmark = pytest.mark.timeout(30)
@@ -61,7 +62,7 @@ class RecordingExecutor:
             raise self.errors[name]
 
     async def open_session(
-        self, *, session_id: str, agent: dict[str, Any], history: list[dict[str, Any]]
+        self, *, session_id: str, agent: AgentRef, history: list[dict[str, Any]]
     ) -> None:
         await self._record("open_session", session_id=session_id, agent=agent, history=history)
 
@@ -279,7 +280,10 @@ async def test_commands_are_dispatched_and_acked_in_order(
     for command in commands:
         assert await recv_frame(ws) == {"type": "ack", "id": command["id"]}
     assert executor.calls == [
-        ("open_session", {"session_id": "s1", "agent": agent, "history": history}),
+        (
+            "open_session",
+            {"session_id": "s1", "agent": AgentRef(**agent), "history": history},
+        ),
         (
             "start_turn",
             {
@@ -321,6 +325,40 @@ async def test_rejected_and_failing_commands_are_nacked(
     nack = await recv_frame(ws)
     assert nack["type"] == "nack" and nack["id"] == 9
     assert nack["error"]["code"] == "invalid_command"
+    await round_trip(ws)  # the tunnel is still serving
+
+
+async def test_unknown_unsupported_and_invalid_commands_are_nacked_with_a_clear_code(
+    server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
+) -> None:
+    """docs/protocol.md: a command this runner cannot run is answered at once, never
+    left to the server's deadline; the code says why."""
+    await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws)
+    # A type this runner does not know (a newer server's command).
+    await send_frame(ws, {"type": "workspace.snapshot", "id": "u1", "session_id": "s1"})
+    nack = await recv_frame(ws)
+    assert nack["type"] == "nack" and nack["id"] == "u1", nack
+    assert nack["error"]["code"] == "unknown_command"
+    assert "workspace.snapshot" in nack["error"]["message"]
+    # A command the protocol defines that this runner does not run yet.
+    rule = {"name": "ask_on_os_tools", "tools": ["sys_os_*"], "action": "ask"}
+    await send_frame(ws, {"type": "policy.update", "id": "u2", "session_id": "s1", "rules": [rule]})
+    nack = await recv_frame(ws)
+    assert (nack["id"], nack["error"]["code"]) == ("u2", "unsupported_command"), nack
+    # A known command with a field of the wrong type.
+    await send_frame(ws, {"type": "turn.start", "id": "u3", "session_id": "s1", "response_id": 5})
+    nack = await recv_frame(ws)
+    assert (nack["id"], nack["error"]["code"]) == ("u3", "invalid_command"), nack
+    assert "response_id" in nack["error"]["message"]
+    # An rpc without a method gets its error as an rpc.result, like any rpc failure.
+    await send_frame(ws, {"type": "rpc", "id": "u4", "params": {}})
+    result = await recv_frame(ws)
+    assert (result["type"], result["id"], result["ok"]) == ("rpc.result", "u4", False), result
+    assert result["error"]["code"] == "invalid_command"
+    assert "method" in result["error"]["message"]
+    assert executor.calls == []
     await round_trip(ws)  # the tunnel is still serving
 
 

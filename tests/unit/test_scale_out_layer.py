@@ -18,7 +18,7 @@ from channels_redis.core import RedisChannelLayer
 from django.core.exceptions import ImproperlyConfigured
 
 from omnigent_site import settings as project_settings
-from omnigent_site.channel_layer import EmbeddedChannelLayer, ScaleOutChannelLayer
+from omnigent_site.runtime.channel_layer import EmbeddedChannelLayer, ScaleOutChannelLayer
 from tests.conftest import require_service
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
@@ -33,7 +33,7 @@ async def layer() -> AsyncIterator[ScaleOutChannelLayer]:
     """The layer exactly as settings configure it for ``REDIS_URL``, on a private prefix."""
     require_service("Redis", "127.0.0.1", 6379)
     config = project_settings.scale_out_channel_layer(REDIS_URL)
-    assert config["BACKEND"] == "omnigent_site.channel_layer.ScaleOutChannelLayer"
+    assert config["BACKEND"] == "omnigent_site.runtime.channel_layer.ScaleOutChannelLayer"
     options = {**config["CONFIG"], "prefix": f"omnigent-test-{secrets.token_hex(4)}"}
     built = ScaleOutChannelLayer(**options)
     try:

@@ -23,6 +23,9 @@ nothing left to do, because the previous call on the same thread ended with
 ``request_finished``), which already closed what was stale or broken and re-armed
 the health check. So for this handler they run at the end of the request instead,
 in the trip Django makes anyway (see ``move_request_housekeeping_to_end``).
+Measured again with ``bench/relay.py`` (one process, SQLite; ten alternating runs
+of 500 requests each way on a shared two-core machine): relay p50 11.1 ms with the
+move against 11.6 ms without, and 8.5 against 9.1 ms of server CPU per request.
 
 Two things a request may wait on for long must not hold a database connection or
 a thread while they wait: a runner's answer (up to the relay deadline) and, above
@@ -195,6 +198,11 @@ class PooledThreadsASGIHandler(ASGIHandler):
 
 def move_request_housekeeping_to_end() -> None:
     """Run Django's start-of-request receivers for the stock handlers only.
+
+    Relies on Django connecting both receivers to ``request_started`` for every
+    sender (``django/db/__init__.py``) and on ``ASGIHandler.handle`` sending it with
+    the handler's own class as sender; ``tests/unit/test_runtime_guards.py`` checks
+    both.
 
     Signals cannot exclude one sender, so the two receivers are disconnected
     from every sender and connected again for Django's own handlers.

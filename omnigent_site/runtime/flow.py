@@ -8,6 +8,11 @@ when the socket's buffer fills (``pauseProducing``) and drains
 registers it and stops (with a final event) once a paused client falls too far
 behind. Outside daphne there is no request protocol to watch and the watch
 reports the client as always keeping up.
+
+Daphne offers no public way to reach the request: its ``send`` is
+``functools.partial(server.handle_reply, protocol)``, and the protocol (Twisted's
+``Request``) is its first argument. The guard test checks that shape, so a daphne
+upgrade that changes it fails a test rather than silently turning backpressure off.
 """
 
 from __future__ import annotations

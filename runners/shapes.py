@@ -1,0 +1,92 @@
+"""The JSON shapes of the runner endpoints and of the events endpoint (http-api.md).
+
+Typed dicts rendered by plain functions and documented from the same classes
+(``omnigent_site/schema.py``); see ``sessions/shapes.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Annotated, Literal, NotRequired
+
+from typing_extensions import Doc, TypedDict
+
+from omnigent_site.shapes import ObjectList
+from omnigent_site.timeutil import unix
+
+from .models import Runner
+
+OptionalUnixTime = Annotated[int | None, Doc("Unix seconds")]
+
+
+class RunnerOut(TypedDict):
+    """A registered runner."""
+
+    runner_id: str
+    name: str
+    online: Annotated[bool, Doc("its tunnel is connected and was heard from recently")]
+    last_seen_at: OptionalUnixTime
+    connected_at: OptionalUnixTime
+    runner_version: str
+
+
+def runner_body(runner: Runner) -> RunnerOut:
+    return {
+        "runner_id": runner.id,
+        "name": runner.name,
+        "online": runner.online,
+        "last_seen_at": unix(runner.last_seen_at),
+        "connected_at": unix(runner.connected_at),
+        "runner_version": runner.runner_version,
+    }
+
+
+class RunnerList(ObjectList[RunnerOut]):
+    """The caller's runners (an admin's: all of them); not paginated."""
+
+
+def runner_list_body(runners: Iterable[Runner]) -> RunnerList:
+    return {"object": "list", "data": [runner_body(runner) for runner in runners]}
+
+
+class RunnerCreatedOut(TypedDict):
+    """A new runner; the binding token is shown this once."""
+
+    runner_id: str
+    name: str
+    binding_token: str
+
+
+def runner_created_body(runner: Runner, *, token: str) -> RunnerCreatedOut:
+    return {"runner_id": runner.id, "name": runner.name, "binding_token": token}
+
+
+class RunnerStatusOut(TypedDict):
+    """Whether a runner is online; another user's or an unknown runner reads offline."""
+
+    runner_id: str
+    online: bool
+
+
+def runner_status_body(runner_id: str, *, online: bool) -> RunnerStatusOut:
+    return {"runner_id": runner_id, "online": online}
+
+
+class RunnerDeletedOut(TypedDict):
+    runner_id: str
+    object: Literal["runner.deleted"]
+    deleted: bool
+
+
+def runner_deleted_body(runner_id: str) -> RunnerDeletedOut:
+    return {"runner_id": runner_id, "object": "runner.deleted", "deleted": True}
+
+
+class EventAcceptedOut(TypedDict):
+    """The 202 of ``POST .../events``: ``message`` → queued, item and response ids;
+    ``function_call_output`` → queued and the call id as ``item_id``;
+    ``interrupt`` → ``{"queued": false}``. Built by ``runners.dispatch``."""
+
+    queued: bool
+    item_id: NotRequired[str]
+    response_id: NotRequired[str]

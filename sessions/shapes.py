@@ -1,0 +1,302 @@
+"""The JSON shapes of agents, sessions, items, responses and grants (http-api.md).
+
+Each shape is a ``TypedDict`` that lists its fields once, next to the function that
+renders it; views render with these functions and document with the classes
+(``omnigent_site/schema.py`` maps a class to its OpenAPI component). No DRF here: the
+runner-event service (``runners.runner_events``, DRF-free by the import contracts)
+renders the ``response`` object of stream events with ``response_event_body``.
+
+Key order in the dicts is the order clients have always seen; keep it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Annotated, Any, Literal, cast
+
+from typing_extensions import Doc, TypedDict
+
+from omnigent_site.shapes import CursorPage, ErrorInfo, allows_extra_keys
+from omnigent_site.timeutil import unix
+
+from .models import Agent, Item, Permission, Session, Turn
+
+UnixTime = Annotated[int, Doc("Unix seconds")]
+OptionalUnixTime = Annotated[int | None, Doc("Unix seconds")]
+
+
+def unix_seconds(value: datetime) -> int:
+    """``unix`` of a timestamp that is never null (``auto_now_add``), typed as such."""
+    seconds = unix(value)
+    assert seconds is not None
+    return seconds
+
+
+# --- agents -----------------------------------------------------------------------------
+
+
+class AgentOut(TypedDict):
+    """An agent: a validated bundle (template or a session's private copy)."""
+
+    id: str
+    object: Literal["agent"]
+    name: str
+    description: str
+    created_at: UnixTime
+    model: str | None
+    version: int
+
+
+def agent_body(agent: Agent) -> AgentOut:
+    return {
+        "id": agent.id,
+        "object": "agent",
+        "name": agent.name,
+        "description": agent.description,
+        "created_at": unix_seconds(agent.created_at),
+        "model": agent.model or None,
+        "version": agent.version,
+    }
+
+
+class AgentPage(CursorPage[AgentOut]):
+    """A page of template agents."""
+
+
+class AgentDeletedOut(TypedDict):
+    id: str
+    object: Literal["agent.deleted"]
+    deleted: bool
+
+
+def agent_deleted_body(agent_id: str) -> AgentDeletedOut:
+    return {"id": agent_id, "object": "agent.deleted", "deleted": True}
+
+
+# --- items ------------------------------------------------------------------------------
+# Items are rendered by ``Item.header``/``nested``/``flat`` (sessions/models.py), which
+# the tunnel frames use as well; these classes type and document what they return
+# (tests/unit pins ``ItemHeader`` to ``Item.header()``).
+
+
+class ItemHeader(TypedDict):
+    id: str
+    type: str
+    status: str
+    response_id: str | None
+    created_at: UnixTime
+    created_by: str | None
+
+
+class ItemOut(ItemHeader):
+    """A transcript item in the snapshot's nested shape: type fields under ``data``."""
+
+    data: dict[str, Any]
+
+
+@allows_extra_keys
+class FlatItemOut(ItemHeader):
+    """A transcript item in the flat shape of ``/items``, responses and the stream:
+    the type-specific fields (``role``, ``content``, ``call_id``...) sit at the top level."""
+
+
+def nested_items(items: Iterable[Item]) -> list[ItemOut]:
+    return cast("list[ItemOut]", [item.nested() for item in items])
+
+
+def flat_item(item: Item) -> FlatItemOut:
+    return cast(FlatItemOut, item.flat())
+
+
+class ItemPage(CursorPage[FlatItemOut]):
+    """A page of a session's items (flat shape)."""
+
+
+# --- sessions ---------------------------------------------------------------------------
+
+
+class SessionRowOut(TypedDict):
+    """A session as listed: the session object without ``items``."""
+
+    id: str
+    object: Literal["session"]
+    agent_id: str
+    agent_name: str
+    status: Annotated[str, Session.Status]
+    created_at: UnixTime
+    updated_at: UnixTime
+    title: str | None
+    labels: dict[str, str]
+    runner_id: str | None
+    runner_online: Annotated[
+        bool, Doc("whether the bound runner's tunnel is live; true when none is bound")
+    ]
+    last_task_error: Annotated[
+        ErrorInfo | None, Doc("why the last turn failed; cleared when a new turn starts")
+    ]
+    active_response_id: str | None
+    permission_level: Annotated[int, Doc("the caller's level: 1 read, 2 edit, 3 manage, 4 owner")]
+
+
+class SessionOut(SessionRowOut):
+    """The session snapshot (``GET``/``PATCH /v1/sessions/{id}``, JSON create)."""
+
+    items: list[ItemOut]
+
+
+def session_row(session: Session, *, level: int) -> SessionRowOut:
+    runner = session.runner
+    return {
+        "id": session.id,
+        "object": "session",
+        "agent_id": session.agent_id,
+        "agent_name": session.agent.name,
+        "status": session.status,
+        "created_at": unix_seconds(session.created_at),
+        "updated_at": unix_seconds(session.updated_at),
+        "title": session.title,
+        "labels": session.labels or {},
+        "runner_id": session.runner_id,
+        "runner_online": runner.online if runner is not None else True,
+        "last_task_error": session.last_task_error,
+        "active_response_id": session.active_response_id,
+        "permission_level": level,
+    }
+
+
+def session_body(session: Session, *, level: int, items: Iterable[Item]) -> SessionOut:
+    return {**session_row(session, level=level), "items": nested_items(items)}
+
+
+class SessionPage(CursorPage[SessionRowOut]):
+    """A page of the sessions where the caller holds a grant."""
+
+
+class SessionCreatedOut(TypedDict):
+    """The reply to a multipart create."""
+
+    session_id: str
+    agent_id: str
+    agent_name: str
+
+
+def session_created_body(session: Session) -> SessionCreatedOut:
+    return {
+        "session_id": session.id,
+        "agent_id": session.agent_id,
+        "agent_name": session.agent.name,
+    }
+
+
+class SessionDeletedOut(TypedDict):
+    id: str
+    object: Literal["conversation.deleted"]
+    deleted: bool
+
+
+def session_deleted_body(session_id: str) -> SessionDeletedOut:
+    return {"id": session_id, "object": "conversation.deleted", "deleted": True}
+
+
+# --- responses (turns) ------------------------------------------------------------------
+
+
+class ResponseCommon(TypedDict):
+    id: str
+    object: Literal["response"]
+    status: Annotated[str, Turn.Status]
+    error: ErrorInfo | None
+    output: Annotated[
+        list[FlatItemOut], Doc("what the turn produced, without the input that started it")
+    ]
+    created_at: UnixTime
+
+
+class ResponseOut(ResponseCommon):
+    """A turn, as ``GET .../responses[/{id}]`` return it."""
+
+    completed_at: OptionalUnixTime
+
+
+class ResponseEventOut(ResponseCommon):
+    """The ``response`` of the stream's ``response.*`` events."""
+
+    model: Annotated[str, Doc("the agent's model")]
+
+
+def _response_common(turn: Turn, output: list[dict[str, Any]]) -> ResponseCommon:
+    return {
+        "id": turn.id,
+        "object": "response",
+        "status": turn.status,
+        "error": turn.error,
+        "output": cast("list[FlatItemOut]", output),
+        "created_at": unix_seconds(turn.created_at),
+    }
+
+
+def response_body(turn: Turn, *, output: list[dict[str, Any]]) -> ResponseOut:
+    return {**_response_common(turn, output), "completed_at": unix(turn.completed_at)}
+
+
+def response_event_body(
+    turn: Turn, *, output: list[dict[str, Any]], model: str
+) -> ResponseEventOut:
+    return {**_response_common(turn, output), "model": model}
+
+
+class ResponsePage(CursorPage[ResponseOut]):
+    """A page of a session's turns."""
+
+
+# --- permissions ------------------------------------------------------------------------
+
+
+class GrantOut(TypedDict):
+    """One user's grant on a session."""
+
+    user_id: str
+    conversation_id: Annotated[str, Doc("the session's id")]
+    level: Annotated[int, Doc("1 read, 2 edit, 3 manage, 4 owner")]
+
+
+class GrantSetOut(GrantOut):
+    """The reply to ``PUT .../permissions``: the grant with both session ids (equal)."""
+
+    session_id: str
+
+
+class GrantListOut(TypedDict):
+    """Grants ordered by user id; ``next_cursor`` is the ``after`` of the next page."""
+
+    permissions: list[GrantOut]
+    next_cursor: str | None
+
+
+def grant_body(grant: Permission) -> GrantOut:
+    return {
+        "user_id": grant.user.get_username(),
+        "conversation_id": grant.session_id,
+        "level": grant.level,
+    }
+
+
+def grant_set_body(grant: Permission) -> GrantSetOut:
+    return {**grant_body(grant), "session_id": grant.session_id}
+
+
+def grant_list_body(grants: list[Permission], *, next_cursor: str | None) -> GrantListOut:
+    return {"permissions": [grant_body(grant) for grant in grants], "next_cursor": next_cursor}
+
+
+# --- identity ---------------------------------------------------------------------------
+
+
+class MeOut(TypedDict):
+    user_id: str
+    is_admin: bool
+
+
+def me_body(*, user_id: str, is_admin: bool) -> MeOut:
+    return {"user_id": user_id, "is_admin": is_admin}
