@@ -6,6 +6,7 @@ Typed dicts rendered by plain functions and documented from the same classes
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 from typing import Annotated, Literal, NotRequired
 
@@ -55,10 +56,32 @@ class RunnerCreatedOut(TypedDict):
     runner_id: str
     name: str
     binding_token: str
+    start_command: Annotated[
+        str,
+        Doc(
+            "shell lines that start this runner on a workspace machine with the "
+            "omnigent-runner package installed (docs/deployment.md)"
+        ),
+    ]
 
 
-def runner_created_body(runner: Runner, *, token: str) -> RunnerCreatedOut:
-    return {"runner_id": runner.id, "name": runner.name, "binding_token": token}
+def runner_start_command(*, server_url: str, token: str) -> str:
+    """What to run on the workspace machine: the token in the environment, not in argv."""
+    return (
+        f"export RUNNER_SERVER_URL={shlex.quote(server_url)}\n"
+        f"export OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN={shlex.quote(token)}\n"
+        "export OMNIGENT_RUNNER_WORKSPACE=/path/to/workspace\n"
+        "omnigent-runner"
+    )
+
+
+def runner_created_body(runner: Runner, *, token: str, server_url: str) -> RunnerCreatedOut:
+    return {
+        "runner_id": runner.id,
+        "name": runner.name,
+        "binding_token": token,
+        "start_command": runner_start_command(server_url=server_url, token=token),
+    }
 
 
 class RunnerStatusOut(TypedDict):

@@ -46,7 +46,9 @@ class RunnerListView(APIView):
         runner, token = services.register_runner(
             owner=request_user(request), name=serializer.validated_data["name"]
         )
-        return Response(runner_created_body(runner, token=token), status=status.HTTP_201_CREATED)
+        server_url = request.build_absolute_uri("/").rstrip("/")
+        body = runner_created_body(runner, token=token, server_url=server_url)
+        return Response(body, status=status.HTTP_201_CREATED)
 
 
 class RunnerStatusView(APIView):
