@@ -1,0 +1,47 @@
+"""A real headless browser (Debian's chromium, driven by Playwright) against a real
+daphne. In CI (`.ci/run` installs chromium) a missing browser is a failure; elsewhere
+a clear skip."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.conftest import IN_CI
+from tests.e2e.conftest import (  # noqa: F401 - the real server and runner fixtures
+    launch_runner,
+    launch_server,
+    mock_llm,
+    runner,
+    server,
+    workspace,
+)
+
+CHROMIUM_NAMES = ("chromium", "chromium-browser")
+
+
+def chromium_path() -> str | None:
+    return next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    executable = chromium_path()
+    if executable is None:
+        message = "chromium is not installed (apt-get install chromium)"
+        if IN_CI:
+            pytest.fail(f"{message}; CI=true requires it")
+        pytest.skip(message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, args=["--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            yield browser
+        finally:
+            browser.close()
