@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,44 +108,64 @@ def _free_port(host: str) -> int:
         return int(probe.getsockname()[1])
 
 
+def start_child(
+    argv: list[str],
+    *,
+    env: dict[str, str],
+    quiet: threading.Event,
+    on_line: Callable[[str], bool] | None = None,
+) -> subprocess.Popen[str]:
+    """Start a child whose output this command relays, line by line, until ``quiet``.
+
+    Once a stop is asked for, what the children log while they shut down (the runner
+    leaving, the tunnel closing) is not shown: a clean stop prints one line, this
+    command's. ``on_line`` may take a line for itself (True: not shown).
+    """
+    process = subprocess.Popen(
+        argv,
+        env={**env, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+    )
+
+    def relay() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if on_line is not None and on_line(line):
+                continue
+            if not quiet.is_set():
+                sys.stdout.write(line)
+                sys.stdout.flush()
+
+    threading.Thread(target=relay, name=f"output-{argv[2]}", daemon=True).start()
+    return process
+
+
 class MockLLM:
     """The bundled mock LLM as a child process (``--llm mock``), scripted for the README
     walkthrough; each answer it gives is printed as one line."""
 
-    def __init__(self, host: str, stdout: Any) -> None:
+    def __init__(self, host: str, *, env: dict[str, str], quiet: threading.Event) -> None:
         self.base_url = ""
         self._ready = threading.Event()
-        self._stdout = stdout
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "testing.mockllm",
-                "--host",
-                host,
-                "--port",
-                str(_free_port(host)),
-                "--walkthrough",
-                "--announce",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        threading.Thread(target=self._relay_output, name="mock-llm-output", daemon=True).start()
+        argv = [sys.executable, "-m", "testing.mockllm", "--host", host]
+        argv += ["--port", str(_free_port(host)), "--walkthrough", "--announce"]
+        self.process = start_child(argv, env=env, quiet=quiet, on_line=self._url_line)
 
-    def _relay_output(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("MOCKLLM_URL="):
-                self.base_url = line.strip().split("=", 1)[1]
-                self._ready.set()
-            else:
-                self._stdout.write(line.rstrip("\n"))
+    def _url_line(self, line: str) -> bool:
+        if not line.startswith("MOCKLLM_URL="):
+            return False
+        self.base_url = line.strip().split("=", 1)[1]
         self._ready.set()
+        return True
 
     def wait_ready(self) -> str:
-        if not self._ready.wait(MOCK_LLM_DEADLINE_S) or not self.base_url:
-            raise CommandError("the mock LLM did not start")
+        deadline = time.monotonic() + MOCK_LLM_DEADLINE_S
+        while not self._ready.wait(0.2):
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                raise CommandError("the mock LLM did not start")
         return self.base_url
 
 
@@ -195,9 +215,10 @@ class Command(BaseCommand):
 
         children: list[tuple[str, subprocess.Popen[Any]]] = []
         try:
-            server = subprocess.Popen(
+            server = start_child(
                 [sys.executable, "-m", "omnigent_site.serve", "--host", host, "--port", str(port)],
                 env=env,
+                quiet=stop_requested,
             )
             children.append(("server", server))
             self._wait_healthy(base_url, server, stop_requested)
@@ -210,7 +231,7 @@ class Command(BaseCommand):
                     "OMNIGENT_RUNNER_PARENT_PID": str(os.getpid()),
                 }
                 if options["llm"] == "mock":
-                    mock = MockLLM(host, self.stdout)
+                    mock = MockLLM(host, env=env, quiet=stop_requested)
                     children.append(("mock LLM", mock.process))
                     runner_env["OPENAI_BASE_URL"] = mock.wait_ready()
                     runner_env["OPENAI_API_KEY"] = "mock"
@@ -220,7 +241,9 @@ class Command(BaseCommand):
                     )
                 token = local_runner_token(Path(settings.BASE_DIR) / "var" / "local-runner-token")
                 runner_env["OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN"] = token
-                runner = subprocess.Popen([sys.executable, "-m", "omnigent_runner"], env=runner_env)
+                runner = start_child(
+                    [sys.executable, "-m", "omnigent_runner"], env=runner_env, quiet=stop_requested
+                )
                 children.append(("runner", runner))
                 self.stdout.write(f"runner: {derive_runner_id(token)} on {workspace}")
             self.stdout.write("Press Ctrl-C to stop.")
