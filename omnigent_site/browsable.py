@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
 from rest_framework.renderers import BrowsableAPIRenderer
 from rest_framework.request import Request
 
@@ -30,7 +29,7 @@ class FormsBrowsableAPIRenderer(BrowsableAPIRenderer):
             return None
         return self.render_form_for_serializer(form_class(context={"request": request}))
 
-    def get_description(self, view: Any, status_code: int) -> SafeString:
+    def get_description(self, view: Any, status_code: int) -> str:
         description = super().get_description(view, status_code)
         links = getattr(view, "browsable_links", None)
         if links is None or status_code >= 400:
