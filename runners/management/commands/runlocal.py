@@ -32,8 +32,6 @@ HEALTH_DEADLINE_S = 30.0
 MOCK_LLM_DEADLINE_S = 30.0
 STOP_DEADLINE_S = 10.0
 POLL_S = 0.5
-# A child that exits this soon before the stop signal arrives here was stopped by it.
-SIGNAL_RACE_S = 1.0
 
 
 def _is_loopback_host(host: str) -> bool:
@@ -64,7 +62,8 @@ def terminal_job() -> Iterator[None]:
     Ctrl-C signals the terminal's whole foreground process group. Under ``make run``
     that includes make, which then reports ``*** [run] Interrupt`` and fails even when
     this command stopped cleanly. In a process group of its own that owns the terminal,
-    Ctrl-C reaches only this command and its children; the terminal goes back to the
+    Ctrl-C reaches only this command (its children run in process groups of their own,
+    and it stops them); the terminal goes back to the
     previous group on the way out. Without a controlling terminal (a script, CI),
     nothing changes.
     """
@@ -124,6 +123,9 @@ def start_child(
     process = subprocess.Popen(
         argv,
         env={**env, "PYTHONUNBUFFERED": "1"},
+        # Its own process group: Ctrl-C reaches only this command, which quiets the
+        # output and then stops the children in order (not all at once, racing it).
+        process_group=0,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -206,11 +208,11 @@ class Command(BaseCommand):
         env = {**os.environ, "OMNIGENT_LOCAL_SINGLE_USER": "1"}
         get_or_create_user(settings.OMNIGENT_LOCAL_USER)
 
-        # Ctrl-C reaches the whole process group: the children stop on their own and
-        # this process stops the rest, in order, and exits 0 with one line. A child
-        # that exits while nobody asked for a stop is an error (exit 1).
+        # Ctrl-C (or SIGTERM, or the terminal closing) reaches this process only: it
+        # stops the children in order and exits 0 with one line. A child that exits
+        # while nobody asked for a stop is an error (exit 1).
         stop_requested = threading.Event()
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, lambda *_: stop_requested.set())
 
         children: list[tuple[str, subprocess.Popen[Any]]] = []
@@ -263,9 +265,6 @@ class Command(BaseCommand):
         while not stop_requested.wait(POLL_S):
             for name, child in children:
                 if child.poll() is not None:
-                    # Ctrl-C stops the children too: give the signal time to arrive here.
-                    if stop_requested.wait(SIGNAL_RACE_S):
-                        return None
                     return name, int(child.returncode)
         return None
 
