@@ -27,8 +27,10 @@ def chromium_path() -> str | None:
     return next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser() -> Iterator[Any]:
+    """One browser per test. Playwright's sync API keeps an event loop on this thread
+    while it is open, which would break every async test after it if it stayed open."""
     executable = chromium_path()
     if executable is None:
         message = "chromium is not installed (apt-get install chromium)"

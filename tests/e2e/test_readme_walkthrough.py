@@ -120,8 +120,11 @@ def make_run(tmp_path: Path) -> Iterator[tuple[Terminal, str, Path]]:
         line for line in readme_block("## Two commands").splitlines() if "make run" in line
     ]
     assert command.split("#")[0].strip() == "make run"
+    # A person's shell: not the environment of the `make test` this may run under
+    # (a nested make would print "make[1]: Entering/Leaving directory").
+    outer_make = ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")
     env = {
-        **os.environ,
+        **{key: value for key, value in os.environ.items() if key not in outer_make},
         # The test's own database and files, not the checkout's var/.
         "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
         "OMNIGENT_DATA_DIR": str(tmp_path / "data"),
