@@ -105,7 +105,9 @@ class AgentExecutor:
                 if existing is not None and existing.root == root:
                     tracker = existing.tracker
                 else:
-                    tracker = make_tracker(root=root)
+                    # Choosing the mode may ask git (``check-ignore``): off the event loop,
+                    # which every other session on this runner shares.
+                    tracker = await asyncio.to_thread(make_tracker, root=root)
         if error is not None:
             logger.warning("session %s: agent failed to load: %s", session_id, error)
         self._sessions[session_id] = SessionState(
