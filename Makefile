@@ -55,11 +55,17 @@ bench: bootstrap-dev
 	$(BIN)/python bench/channel_layers.py
 	$(BIN)/python bench/protocol.py
 	$(BIN)/python bench/render.py
+	$(BIN)/python bench/hostile.py
+	$(BIN)/python bench/tunnel_drops.py --drops 200
+	$(BIN)/python bench/fuzz.py --max-examples 150
+	$(BIN)/python bench/policies.py
+	$(BIN)/python bench/files.py
+	$(BIN)/python bench/workspace.py
 
 lint: bootstrap-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy omnigent_site omnigent_runner sessions runners workspaces scripts testing
+	$(BIN)/mypy omnigent_site omnigent_runner sessions runners workspaces web scripts testing
 	$(BIN)/lint-imports
 
 # The runner as a wheel in dist/ (pyproject.toml): `pip install dist/omnigent_runner-*.whl`

@@ -46,6 +46,7 @@ def django_project(tmp: Path) -> Iterator[None]:
         DJANGO_SETTINGS_MODULE="omnigent_site.settings",
         DATABASE_URL=f"sqlite:///{tmp / 'render.sqlite3'}",
         DJANGO_DEBUG="0",
+        DJANGO_SECURE_SSL_REDIRECT="0",  # the test client speaks plain HTTP
         DJANGO_SECRET_KEY=secrets.token_urlsafe(48),
         OMNIGENT_DATA_DIR=str(tmp / "data"),
         OMNIGENT_LOG_LEVEL="WARNING",

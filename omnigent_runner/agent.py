@@ -23,11 +23,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from omnigent_runner import protocol
-from omnigent_runner.bundles import AgentSpec, BundleError, parse_bundle
+from omnigent_runner import gate, protocol, workspace_rpc
+from omnigent_runner.bundles import AgentSpec, BundleError, max_yaml_bytes_from, parse_bundle
 from omnigent_runner.executor import CommandRejected, EventSink
 from omnigent_runner.llm import ClientPool
-from omnigent_runner.protocol import AgentRef, JsonObject
+from omnigent_runner.protocol import AgentRef, JsonObject, PolicyRule, Verdict
 from omnigent_runner.tools.changes import ChangeTracker
 from omnigent_runner.tools.tracking import make_tracker
 from omnigent_runner.turn import SessionState, TurnRequest, TurnRunner
@@ -49,6 +49,8 @@ class AgentExecutor:
     ``env`` (default ``os.environ``) supplies ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``
     and ``OMNIGENT_DEFAULT_MODEL`` for agents whose spec leaves them out.
     ``isolate_sessions`` gives every session its own folder ``workspace/<session_id>``.
+    ``ask_grace_s`` is how long past a question's ``ask_timeout`` a parked call still
+    waits for the server's verdict before it is treated as cancelled.
     """
 
     def __init__(
@@ -58,6 +60,7 @@ class AgentExecutor:
         isolate_sessions: bool = False,
         env: Mapping[str, str] | None = None,
         llm_max_retries: int = 2,
+        ask_grace_s: float = gate.DEFAULT_ASK_GRACE_S,
     ) -> None:
         self._workspace = Path(workspace)
         self._isolate = isolate_sessions
@@ -67,6 +70,11 @@ class AgentExecutor:
         self._sessions: dict[str, SessionState] = {}
         self._specs: dict[tuple[str, int], AgentSpec] = {}
         self._turn_ids: OrderedDict[str, str] = OrderedDict()  # response_id -> session_id
+        self._verdicts = gate.VerdictBook()
+        self._ask_grace_s = ask_grace_s
+        self._workspace_rpc = workspace_rpc.WorkspaceRpc(self._emit)
+        # Workspaces of sessions without tools (no os_env), kept for their trackers.
+        self._user_workspaces: dict[str, workspace_rpc.SessionWorkspace] = {}
 
     # --- SessionExecutor ----------------------------------------------------------------
 
@@ -117,6 +125,7 @@ class AgentExecutor:
             history=list(history),
             root=root,
             tracker=tracker,
+            policies=list(existing.policies) if existing is not None else [],
         )
 
     async def start_turn(
@@ -154,6 +163,20 @@ class AgentExecutor:
             return
         future.set_result(output)
 
+    async def update_policies(self, *, session_id: str, rules: list[PolicyRule]) -> None:
+        """The session's effective rules; the gate reads them at each tool call, so they
+        apply from the next one, also in a running turn."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            logger.info("policy.update for session %s, which is not open; ignored", session_id)
+            return
+        session.policies = list(rules)
+
+    async def approval_verdict(self, *, session_id: str, verdict: Verdict) -> None:
+        """Resume the call parked on the verdict, or keep the verdict for when the call
+        is reached (a call that is over never is: the verdict is then simply unused)."""
+        self._verdicts.deliver(session_id, verdict)
+
     async def interrupt(self, *, session_id: str) -> None:
         session = self._sessions.get(session_id)
         task = session.current_task if session is not None else None
@@ -163,6 +186,7 @@ class AgentExecutor:
         task.cancel()
 
     async def close_session(self, *, session_id: str) -> None:
+        self._user_workspaces.pop(session_id, None)
         session = self._sessions.pop(session_id, None)
         if session is None:
             return
@@ -185,7 +209,35 @@ class AgentExecutor:
     async def rpc(self, *, method: str, params: dict[str, Any]) -> Any:
         if method == "ping":
             return {"pong": True}
+        if method in workspace_rpc.METHODS:
+            session_id = params.get("session_id")
+            workspace = await self._session_workspace(session_id)
+            return await self._workspace_rpc.call(
+                method, params, session_id=str(session_id), workspace=workspace
+            )
         raise CommandRejected("unknown_method", f"unknown rpc method {method!r}")
+
+    async def _session_workspace(self, session_id: Any) -> workspace_rpc.SessionWorkspace:
+        """The session's tool root and tracker; without ``os_env`` (no tools), the
+        folder the tools would use and a tracker of its own for a person's changes."""
+        session = self._sessions.get(session_id) if isinstance(session_id, str) else None
+        if session is None:
+            raise CommandRejected(
+                "session_not_open", f"session {session_id!r} is not open on this runner", status=409
+            )
+        if session.root is not None:
+            return workspace_rpc.SessionWorkspace(session.root, session.tracker)
+        known = self._user_workspaces.get(session.session_id)
+        if known is None:
+            base = (
+                self._workspace / session.session_id if self._isolate else self._workspace
+            ).resolve()
+            await asyncio.to_thread(base.mkdir, parents=True, exist_ok=True)
+            tracker = await asyncio.to_thread(make_tracker, root=base)
+            known = self._user_workspaces[session.session_id] = workspace_rpc.SessionWorkspace(
+                base, tracker
+            )
+        return known
 
     async def shutdown(self) -> None:
         for session_id in list(self._sessions):
@@ -219,7 +271,8 @@ class AgentExecutor:
         except (binascii.Error, ValueError) as exc:
             return None, f"the agent bundle is not valid base64: {exc}"
         try:
-            spec = parse_bundle(data).spec
+            # The server's cap on the agent YAML, if its operator raised it for runners too.
+            spec = parse_bundle(data, max_yaml_bytes=max_yaml_bytes_from(os.environ)).spec
         except BundleError as exc:
             return None, f"invalid agent bundle: {exc}"
         except Exception as exc:  # a loader bug must not take the runner down
@@ -241,7 +294,15 @@ class AgentExecutor:
         while session.queue and not session.closing:
             request = session.queue.popleft()
             emit = partial(self._emit, session.session_id)
-            runner = TurnRunner(session, request, emit=emit, pool=self._pool, env=self._env)
+            runner = TurnRunner(
+                session,
+                request,
+                emit=emit,
+                pool=self._pool,
+                env=self._env,
+                verdicts=self._verdicts,
+                ask_grace_s=self._ask_grace_s,
+            )
             task = asyncio.create_task(runner.run(), name=f"turn-{request.response_id}")
             session.current, session.current_task = request, task
             try:

@@ -20,30 +20,56 @@ import math
 import re
 import tarfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.parser import Parser
+from yaml.reader import Reader
+from yaml.resolver import Resolver
+from yaml.scanner import Scanner
+
+try:
+    from yaml._yaml import CParser  # libyaml's parser, as yaml.cyaml imports it
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    CParser = None  # type: ignore[assignment,misc]
+
+from omnigent_runner.policies import NO_GUARDRAILS, Guardrails, RuleError, parse_guardrails
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_ENTRIES = 10_000
 DEFAULT_MAX_UNPACKED_BYTES = 64 * 1024 * 1024
+# The agent YAML itself (agents.md): a spec is a page, not a book. Checked before parsing.
+DEFAULT_MAX_YAML_BYTES = 1024 * 1024
+MAX_YAML_BYTES_ENV = "OMNIGENT_MAX_AGENT_YAML_BYTES"
 DEFAULT_MAX_ITERATIONS = 50
 MAX_ITERATIONS_CAP = 1000
 DEFAULT_TIMEOUT = 600.0
 APIS = ("responses", "chat_completions")
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 KNOWN_KEYS = frozenset(
-    {"spec_version", "name", "description", "prompt", "instructions", "executor", "os_env"}
+    {
+        "spec_version",
+        "name",
+        "description",
+        "prompt",
+        "instructions",
+        "executor",
+        "os_env",
+        "guardrails",
+    }
 )
 
 MASK = "***"
 # Keys whose scalar values public_dict() masks wherever they appear: bundles written
 # for richer agent systems may carry tokens of their own under unknown keys.
 _SECRET_KEY_RE = re.compile(r"(?:^|[_-])(?:api_?key|secret|password|passwd|token)$", re.I)
-# A few kilobytes of YAML can expand, through aliases, to billions of values.
+# A few kilobytes of YAML can expand, through aliases, to billions of values:
+# _BoundedLoader stops composing past this many (each alias counts what it stands for).
 _MAX_YAML_NODES = 100_000
 _MAX_YAML_DEPTH = 64
 # YAML escapes can produce NUL (PostgreSQL cannot store it) and lone surrogates (UTF-8
@@ -85,6 +111,8 @@ class AgentSpec:
     os_env: OsEnv | None
     unknown_keys: tuple[str, ...]
     raw: dict[str, Any] = field(repr=False, compare=False)
+    # The checked ``guardrails`` block (approvals.md); its rules are data, never code.
+    guardrails: Guardrails = NO_GUARDRAILS
 
     def public_dict(self) -> dict[str, Any]:
         """Every field as JSON-safe data with the API key masked, for storing and returning.
@@ -105,6 +133,7 @@ class AgentSpec:
             "timeout": self.timeout,
             "os_env": None if self.os_env is None else vars(self.os_env).copy(),
             "unknown_keys": list(self.unknown_keys),
+            "guardrails": self.guardrails.as_json(),
             "raw": self.raw,
         }
         return _jsonable(summary, secret=self.api_key, budget=[_MAX_YAML_NODES * 2])
@@ -125,13 +154,38 @@ def parse_bundle(
     *,
     max_entries: int = DEFAULT_MAX_ENTRIES,
     max_unpacked_bytes: int = DEFAULT_MAX_UNPACKED_BYTES,
+    max_yaml_bytes: int = DEFAULT_MAX_YAML_BYTES,
 ) -> Bundle:
     """Validate ``data`` (a gzip or plain tar) and load its agent; raise BundleError if bad."""
     files = _read_files(data, max_entries=max_entries, max_unpacked_bytes=max_unpacked_bytes)
     layout, spec_path = _find_spec_file(files)
+    if len(files[spec_path]) > max_yaml_bytes:
+        raise BundleError(
+            f"{spec_path!r} is {len(files[spec_path])} bytes; an agent YAML may hold at most "
+            f"{max_yaml_bytes} bytes"
+        )
     raw = _load_yaml(files[spec_path], spec_path)
     spec = _build_spec(raw, files=files, layout=layout, source=spec_path)
     return Bundle(spec=spec, sha256=hashlib.sha256(data).hexdigest(), layout=layout, size=len(data))
+
+
+def max_yaml_bytes_from(env: Mapping[str, str]) -> int:
+    """The agent YAML cap from ``OMNIGENT_MAX_AGENT_YAML_BYTES`` in ``env``, else 1 MiB.
+
+    The runner reads it from its environment, so a server whose cap was raised can set
+    the same value for its runners; ValueError names the variable when it is not a
+    positive integer.
+    """
+    raw = env.get(MAX_YAML_BYTES_ENV, "").strip()
+    if not raw:
+        return DEFAULT_MAX_YAML_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise ValueError(f"{MAX_YAML_BYTES_ENV} must be a positive integer, got {raw!r}")
+    return value
 
 
 def build_bundle(files: Mapping[str, bytes | str], *, gzip: bool = True) -> bytes:
@@ -291,18 +345,111 @@ def _find_spec_file(files: Mapping[str, bytes]) -> tuple[str, str]:
     )
 
 
+class _BoundedComposer(Composer, SafeConstructor, Resolver):
+    """PyYAML's composer and safe constructor (standard tags only, so no object is ever
+    built from a tag) with a bound on the work one document may ask for.
+
+    Composing turns parser events into nodes; every node costs one unit, and an alias
+    costs as many units as the node it names stands for, so a billion-laughs document
+    is refused after ``_MAX_YAML_NODES`` units, before anything is constructed. Nesting
+    deeper than ``_MAX_YAML_DEPTH`` collections is refused at the first level too many
+    (PyYAML's composer recurses per level). The events come from ``_BoundedLoader``'s
+    parser; one loader per document.
+    """
+
+    # From the parser half of the loader (libyaml's or PyYAML's).
+    check_event: Callable[..., bool]
+    peek_event: Callable[[], Any]
+    dispose: Callable[[], None]
+
+    def _init_bounds(self) -> None:
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+        Composer.__init__(self)
+        self._units = 0
+        self._depth = 0
+        self._units_of: dict[int, int] = {}  # id(node) -> units it stands for, once composed
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            anchor = self.peek_event().anchor
+            node = self.anchors.get(anchor)
+            if node is not None:  # an undefined alias is PyYAML's own error, below
+                units = self._units_of.get(id(node))
+                if units is None:
+                    raise BundleError(f"the alias *{anchor} refers to itself{self._where()}")
+                self._spend(units)
+            return super().compose_node(parent, index)
+        if self._depth >= _MAX_YAML_DEPTH + 1:
+            raise BundleError(
+                f"the YAML is nested deeper than {_MAX_YAML_DEPTH} levels{self._where()}"
+            )
+        start = self._units
+        self._spend(1)
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        self._units_of[id(node)] = self._units - start
+        return node
+
+    def _spend(self, units: int) -> None:
+        self._units += units
+        if self._units > _MAX_YAML_NODES:
+            raise BundleError(
+                f"the YAML is too large once aliases are expanded (over {_MAX_YAML_NODES} "
+                f"values){self._where()}"
+            )
+
+    def _where(self) -> str:
+        mark = self.peek_event().start_mark
+        return f" (line {mark.line + 1})"
+
+
+class _PythonBoundedLoader(_BoundedComposer, Reader, Scanner, Parser):
+    """Events from PyYAML's own Python parser (when PyYAML was built without libyaml)."""
+
+    def __init__(self, stream: str) -> None:
+        Reader.__init__(self, stream)
+        Scanner.__init__(self)
+        Parser.__init__(self)
+        self._init_bounds()
+
+
+_BoundedLoader: Callable[[str], _BoundedComposer] = _PythonBoundedLoader
+if CParser is not None:
+
+    class _LibyamlBoundedLoader(_BoundedComposer, CParser):
+        """Events from libyaml (ten times faster than PyYAML's Python scanner on a
+        spec of small tokens), composed and constructed in Python with the bounds."""
+
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            self._init_bounds()
+
+    _BoundedLoader = _LibyamlBoundedLoader
+
+
 def _load_yaml(content: bytes, path: str) -> dict[str, Any]:
-    """Parse with ``safe_load`` (no tags, no environment expansion) and demand a mapping."""
+    """Parse with ``_BoundedLoader`` (no tags, no environment expansion); demand a mapping."""
     try:
         text = content.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise BundleError(f"{path!r} is not UTF-8 text: {exc}") from exc
+    loader = _BoundedLoader(text)
     try:
-        raw = yaml.safe_load(text)
+        raw = loader.get_single_data()
+    except BundleError as exc:
+        raise BundleError(f"{path!r}: {exc}") from None
     except yaml.YAMLError as exc:
         raise BundleError(f"{path!r} is not valid YAML: {_yaml_problem(exc)}") from exc
+    except ValueError as exc:  # int() of over 4,300 digits, and the like
+        raise BundleError(f"{path!r} is not valid YAML: {_short(str(exc), 120)}") from exc
     except RecursionError as exc:
         raise BundleError(f"{path!r} is nested too deeply") from exc
+    finally:
+        loader.dispose()
     if not isinstance(raw, dict):
         got = "an empty document" if raw is None else _kind(raw)
         raise BundleError(f"{path!r} must hold a mapping at the top level, not {got}")
@@ -377,6 +524,7 @@ def _build_spec(
         os_env=_os_env(raw),
         unknown_keys=unknown,
         raw=raw,
+        guardrails=_guardrails(raw.get("guardrails")),
     )
 
 
@@ -443,6 +591,17 @@ def _timeout(value: Any) -> float:
             f"executor.timeout must be a positive number of seconds (got {_short(value)})"
         )
     return seconds
+
+
+def _guardrails(value: Any) -> Guardrails:
+    """The ``guardrails`` block; its problems become one message naming each field path."""
+    try:
+        return parse_guardrails(value)
+    except RuleError as exc:
+        listed = list(exc.fields.items())
+        problems = "; ".join(f"{path}: {problem}" for path, problem in listed[:10])
+        more = f" (and {len(listed) - 10} more)" if len(listed) > 10 else ""
+        raise BundleError(f"invalid guardrails: {problems}{more}") from exc
 
 
 def _os_env(raw: Mapping[str, Any]) -> OsEnv | None:

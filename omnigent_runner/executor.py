@@ -16,16 +16,20 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from omnigent_runner.protocol import AgentRef, AnyEvent, JsonObject
+from omnigent_runner.protocol import AgentRef, AnyEvent, JsonObject, PolicyRule, Verdict
 
 
 class CommandRejected(Exception):
-    """Raised by an executor to ``nack`` a command with a code and a message."""
+    """Raised by an executor to ``nack`` a command with a code and a message.
 
-    def __init__(self, code: str, message: str) -> None:
+    ``status`` (an rpc's error only): the HTTP status the server should answer with.
+    """
+
+    def __init__(self, code: str, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.status = status
 
 
 class EventSink(Protocol):
@@ -76,8 +80,17 @@ class SessionExecutor(Protocol):
     async def tool_result(self, *, session_id: str, call_id: str, output: str) -> None:
         """``tool_result``: resume the turn parked on ``call_id`` (unknown ids are ignored)."""
 
+    async def update_policies(self, *, session_id: str, rules: list[PolicyRule]) -> None:
+        """``policy.update`` and ``session.open.policies``: the session's effective rules,
+        applied from its next tool call (a session that is not open is ignored)."""
+
+    async def approval_verdict(self, *, session_id: str, verdict: Verdict) -> None:
+        """``approval.verdict`` and each of ``session.open.verdicts``: resume the call
+        parked on it, or keep it until that call is reached (never asked twice)."""
+
     async def interrupt(self, *, session_id: str) -> None:
-        """``turn.interrupt``: cancel the running turn, which ends ``cancelled``."""
+        """``turn.interrupt``: cancel the running turn, which ends ``cancelled``; a call
+        waiting for a verdict gets ``not approved`` as its output first."""
 
     async def close_session(self, *, session_id: str) -> None:
         """``session.close``: cancel anything running and drop the session's state."""

@@ -32,6 +32,15 @@ import msgspec
 from msgspec import Meta, Struct, field
 
 from omnigent_runner import PROTOCOL_VERSION
+from omnigent_runner.json_text import (
+    DEFAULT_MAX_DEPTH,
+    FRAME_DEPTH_MARGIN,
+    MAX_DEPTH_CEILING,
+    explain_decode_error,
+    is_too_deep,
+    shallow,
+    too_deep_message,
+)
 
 JsonObject: TypeAlias = dict[str, Any]
 # Command ids are chosen by the server (``cmd-<generation>-<n>``); the runner echoes any
@@ -40,6 +49,14 @@ CommandId: TypeAlias = str | int
 Seq = Annotated[int, Meta(ge=1)]
 Cursor = Annotated[int, Meta(ge=0)]
 NonEmptyStr = Annotated[str, Meta(min_length=1)]
+# Frames nesting deeper than this are refused (``omnigent_runner.json_text``). The server
+# decodes runner frames with its own limit, ``OMNIGENT_MAX_JSON_DEPTH`` plus the margin.
+# The runner accepts server frames up to the deepest limit a server may be configured
+# with: the server already refused deeper input, and a runner must not refuse what a
+# correctly configured server relays.
+DEFAULT_FRAME_DEPTH = DEFAULT_MAX_DEPTH + FRAME_DEPTH_MARGIN
+SERVER_FRAME_DEPTH = MAX_DEPTH_CEILING + FRAME_DEPTH_MARGIN
+HttpStatus = Annotated[int, Meta(ge=400, le=599)]
 
 
 # --- errors --------------------------------------------------------------------------
@@ -127,6 +144,9 @@ class Verdict(Struct, frozen=True, kw_only=True):
     call_id: str
     action: Literal["accept", "decline", "cancel"]
     reason: str | None = None
+    # Who answered (the user id the runner names in a decline's output); unset for an
+    # expiry or an older server.
+    resolved_by: str | None = None
 
 
 # --- frames ----------------------------------------------------------------------------
@@ -230,6 +250,18 @@ class ApprovalVerdict(
     call_id: str
     action: Literal["accept", "decline", "cancel"]
     reason: str | None = None
+    resolved_by: str | None = None
+
+    def verdict(self) -> Verdict:
+        """The verdict this frame carries, in the form ``session.open`` sends it."""
+        return Verdict(
+            elicitation_id=self.elicitation_id,
+            response_id=self.response_id,
+            call_id=self.call_id,
+            action=self.action,
+            reason=self.reason,
+            resolved_by=self.resolved_by,
+        )
 
 
 # replies (runner → server)
@@ -249,6 +281,8 @@ class RpcResult(Frame, tag="rpc.result", kw_only=True, frozen=True, omit_default
     ok: bool
     result: Any = None
     error: ErrorInfo | None = None
+    # With an error: the HTTP status the server answers with (workspace.*, files.md §2).
+    status: HttpStatus | None = None
 
 
 # event payloads (``event.type``)
@@ -394,6 +428,7 @@ class TunnelReply(ChannelMessage, tag="tunnel.reply", kw_only=True, frozen=True)
     ok: bool
     result: Any = None
     error: ErrorInfo | None = None
+    status: HttpStatus | None = None  # an rpc error's HTTP status, as the runner gave it
 
 
 class TunnelReplaced(ChannelMessage, tag="tunnel.replaced", kw_only=True, frozen=True):
@@ -453,33 +488,39 @@ class _EventEnvelope(Struct):
     seq: Seq
 
 
-def decode_runner_frame(data: str | bytes) -> RunnerFrame:
+def decode_runner_frame(data: str | bytes, *, max_depth: int = DEFAULT_FRAME_DEPTH) -> RunnerFrame:
     """Parse a frame the runner sent to the server.
 
-    An ``event`` frame whose envelope is valid but whose payload is not comes back with
-    an :class:`UnparsedEvent` payload rather than an error (see there). A ``hello`` for
-    another protocol version raises ``unsupported_protocol`` even if its other fields
-    are unreadable, so the consumer can answer it with 4002.
+    An ``event`` frame whose envelope is valid but whose payload is not (or nests deeper
+    than ``max_depth``) comes back with an :class:`UnparsedEvent` payload rather than an
+    error (see there). A ``hello`` for another protocol version raises
+    ``unsupported_protocol`` even if its other fields are unreadable, so the consumer
+    can answer it with 4002.
     """
+    if is_too_deep(data, max_depth):
+        return _too_deep_runner_frame(data, max_depth)
     try:
         frame = _runner_decoder.decode(data)
     except msgspec.ValidationError as exc:
         return _runner_fallback(data, exc)
     except msgspec.DecodeError as exc:
-        raise ProtocolError(MALFORMED, f"not JSON ({exc})") from None
+        raise ProtocolError(MALFORMED, explain_decode_error(data, exc)) from None
     if type(frame) is Hello and frame.protocol != PROTOCOL_VERSION:
         raise _unsupported(frame.protocol)
     return frame
 
 
-def decode_server_frame(data: str | bytes) -> ServerFrame:
-    """Parse a frame the server sent to the runner."""
+def decode_server_frame(data: str | bytes, *, max_depth: int = SERVER_FRAME_DEPTH) -> ServerFrame:
+    """Parse a frame the server sent to the runner (one nesting deeper than ``max_depth``
+    raises ``invalid_frame`` with its ``type`` and ``id``, so a command gets its nack)."""
+    if is_too_deep(data, max_depth):
+        raise _too_deep(data, max_depth, SERVER_FRAME_TYPES)
     try:
         return _server_decoder.decode(data)
     except msgspec.ValidationError as exc:
         raise _explain(data, exc, SERVER_FRAME_TYPES) from None
     except msgspec.DecodeError as exc:
-        raise ProtocolError(MALFORMED, f"not JSON ({exc})") from None
+        raise ProtocolError(MALFORMED, explain_decode_error(data, exc)) from None
 
 
 def encode(frame: Frame) -> str:
@@ -568,6 +609,41 @@ def _runner_fallback(data: str | bytes, exc: msgspec.ValidationError) -> RunnerF
             event=UnparsedEvent(raw=loose.get("event"), error=str(exc)),
         )
     raise error
+
+
+def _too_deep(data: str | bytes, max_depth: int, known: frozenset[str]) -> ProtocolError:
+    """The error for a frame nesting too deep, with its ``type`` and ``id`` when readable."""
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    try:
+        head = _loose_decoder.decode(shallow(text))
+    except (msgspec.DecodeError, RecursionError):
+        head = None
+    message = too_deep_message(max_depth)
+    if not isinstance(head, dict) or not isinstance(head.get("type"), str):
+        return ProtocolError(MALFORMED, message)
+    kind: str = head["type"]
+    raw_id = head.get("id")
+    frame_id = raw_id if isinstance(raw_id, str | int) and not isinstance(raw_id, bool) else None
+    code = INVALID if kind in known else UNKNOWN_TYPE
+    return ProtocolError(code, message, frame_type=kind, frame_id=frame_id)
+
+
+def _too_deep_runner_frame(data: str | bytes, max_depth: int) -> RunnerFrame:
+    """An ``event`` frame with a readable envelope is kept (its payload skipped, its seq
+    acknowledged, as for any payload that cannot be parsed); anything else is an error."""
+    error = _too_deep(data, max_depth, RUNNER_FRAME_TYPES)
+    if error.frame_type != "event":
+        raise error
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    try:
+        envelope = msgspec.json.decode(shallow(text), type=_EventEnvelope)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise error from None
+    return EventFrame(
+        session_id=envelope.session_id,
+        seq=envelope.seq,
+        event=UnparsedEvent(raw=None, error=error.message),
+    )
 
 
 def _is_version(value: Any) -> bool:

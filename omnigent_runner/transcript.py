@@ -10,6 +10,7 @@ loop stay about *when* to call the model and the tests check *what* is sent.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -32,6 +33,119 @@ def message_text(item: Item) -> str:
         if isinstance(part, dict) and part.get("type") in ("input_text", "output_text", "text")
     ]
     return "".join(text for text in texts if isinstance(text, str))
+
+
+# --- file blocks (files.md §1) ------------------------------------------------------------
+# A user message may carry ``input_file`` / ``input_image`` blocks next to its text. In
+# the turn input the server has put the bytes in them as data URIs (``image_url`` /
+# ``file_data``); in the history of earlier turns (``session.open``) they come without
+# bytes, to keep that frame small, and the model gets a short note in their place.
+
+_FILE_BLOCKS = ("input_file", "input_image")
+
+
+def has_file_blocks(item: Item) -> bool:
+    content = item.get("content")
+    return isinstance(content, list) and any(
+        isinstance(part, dict) and part.get("type") in _FILE_BLOCKS for part in content
+    )
+
+
+def _block_name(part: Item) -> str:
+    name = part.get("filename")
+    return name if isinstance(name, str) and name else str(part.get("file_id") or "file")
+
+
+def _data_uri(part: Item) -> str | None:
+    uri = part.get("image_url") if part.get("type") == "input_image" else part.get("file_data")
+    if isinstance(uri, dict):  # ``{"url": ...}`` as some clients write an image URL
+        uri = uri.get("url")
+    return uri if isinstance(uri, str) and uri.startswith("data:") else None
+
+
+def _media_type(uri: str) -> str:
+    return uri[5:].split(";", 1)[0].split(",", 1)[0].lower()
+
+
+def _decoded_text(uri: str) -> str | None:
+    """The text of a ``data:…;base64,`` URI of a text type, or None if it is not text."""
+    media = _media_type(uri)
+    if not (media.startswith("text/") or media in ("application/json", "application/jsonl")):
+        return None
+    try:
+        return base64.b64decode(uri.split(",", 1)[1]).decode("utf-8")
+    except (IndexError, ValueError):
+        return None
+
+
+def _missing_note(part: Item) -> str:
+    return (
+        f"[{'image' if part.get('type') == 'input_image' else 'file'} {_block_name(part)!r} "
+        "was attached here; its content is not repeated in this history]"
+    )
+
+
+def _text_part(part: Item) -> str | None:
+    text = part.get("text") if part.get("type") in ("input_text", "output_text", "text") else None
+    return text if isinstance(text, str) else None
+
+
+def responses_user_content(item: Item) -> list[Item]:
+    """A user message with file blocks as Responses content parts.
+
+    ``input_image`` → ``{"type": "input_image", "image_url": <data URI>}``; any other
+    file → ``{"type": "input_file", "file_data": <data URI>, "filename"}``.
+    """
+    parts: list[Item] = []
+    for part in item.get("content") or []:
+        if not isinstance(part, dict):
+            continue
+        text = _text_part(part)
+        if text is not None:
+            parts.append({"type": "input_text", "text": text})
+            continue
+        if part.get("type") not in _FILE_BLOCKS:
+            continue
+        uri = _data_uri(part)
+        if uri is None:
+            parts.append({"type": "input_text", "text": _missing_note(part)})
+        elif part["type"] == "input_image":
+            parts.append({"type": "input_image", "image_url": uri, "detail": "auto"})
+        else:
+            parts.append({"type": "input_file", "file_data": uri, "filename": _block_name(part)})
+    return parts
+
+
+def chat_user_content(item: Item) -> list[Item]:
+    """A user message with file blocks as Chat Completions content parts.
+
+    Images → ``image_url`` parts; text files (text/*, JSON) → ``text`` parts holding the
+    decoded text under a line naming the file; other files (PDF) → a ``file`` part
+    with ``file_data`` and ``filename``, which the SDK and OpenAI's API take (a server
+    that does not is told by its own error).
+    """
+    parts: list[Item] = []
+    for part in item.get("content") or []:
+        if not isinstance(part, dict):
+            continue
+        text = _text_part(part)
+        if text is not None:
+            parts.append({"type": "text", "text": text})
+            continue
+        if part.get("type") not in _FILE_BLOCKS:
+            continue
+        uri = _data_uri(part)
+        if uri is None:
+            parts.append({"type": "text", "text": _missing_note(part)})
+        elif _media_type(uri).startswith("image/"):
+            parts.append({"type": "image_url", "image_url": {"url": uri}})
+        elif (decoded := _decoded_text(uri)) is not None:
+            parts.append({"type": "text", "text": f"[file {_block_name(part)!r}]\n{decoded}"})
+        else:
+            parts.append(
+                {"type": "file", "file": {"file_data": uri, "filename": _block_name(part)}}
+            )
+    return parts
 
 
 def usable_history(items: Iterable[Item]) -> list[Item]:
@@ -82,6 +196,9 @@ def to_responses_input(items: Iterable[Item]) -> list[Item]:
         kind = item["type"]
         if kind == "message":
             role = item.get("role") or "user"
+            if role != "assistant" and has_file_blocks(item):
+                result.append({"role": role, "content": responses_user_content(item)})
+                continue
             part_type = "output_text" if role == "assistant" else "input_text"
             result.append(
                 {"role": role, "content": [{"type": part_type, "text": message_text(item)}]}
@@ -134,7 +251,11 @@ def to_chat_messages(instructions: str, items: Iterable[Item]) -> list[Item]:
     for item in usable_history(items):
         kind = item["type"]
         if kind == "message":
-            messages.append({"role": item.get("role") or "user", "content": message_text(item)})
+            role = item.get("role") or "user"
+            if role != "assistant" and has_file_blocks(item):
+                messages.append({"role": role, "content": chat_user_content(item)})
+                continue
+            messages.append({"role": role, "content": message_text(item)})
         elif kind == "function_call":
             call = {
                 "id": item.get("call_id"),

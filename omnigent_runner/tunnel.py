@@ -40,12 +40,14 @@ from omnigent_runner.protocol import (
     Ack,
     AnyCommand,
     AnyEvent,
+    ApprovalVerdict,
     ErrorInfo,
     EventAck,
     Frame,
     Hello,
     Nack,
     Ping,
+    PolicyUpdate,
     Pong,
     ProtocolError,
     Rpc,
@@ -148,6 +150,7 @@ class RunnerTunnel:
         # The live connection's send queue; None while not connected and welcomed.
         self._live: asyncio.Queue[Frame] | None = None
         self._shutdown_task: asyncio.Future[None] | None = None
+        self._rpc_tasks: set[asyncio.Task[None]] = set()
         executor.bind(self)
 
     # ----------------------------------------------------------------- EventSink
@@ -221,6 +224,9 @@ class RunnerTunnel:
             if watcher is not None:
                 watcher.cancel()
                 await asyncio.gather(watcher, return_exceptions=True)
+            for task in list(self._rpc_tasks):
+                task.cancel()
+            await asyncio.gather(*self._rpc_tasks, return_exceptions=True)
             await self._shutdown_executor()
             self._running = False
             self._finished.set()
@@ -492,7 +498,11 @@ class RunnerTunnel:
         elif isinstance(frame, EventAck):
             self._outbox.ack(frame.session_id, frame.seq)
         elif isinstance(frame, Rpc):
-            await self._rpc(frame, reply)
+            # An rpc can take seconds (a workspace search, a large read): it runs beside
+            # the receive loop, so pings and commands behind it are not held up.
+            task = asyncio.create_task(self._rpc(frame, reply))
+            self._rpc_tasks.add(task)
+            task.add_done_callback(self._rpc_tasks.discard)
         elif isinstance(frame, Welcome):
             logger.warning("ignoring a welcome after the handshake")
         else:
@@ -526,6 +536,11 @@ class RunnerTunnel:
             await executor.open_session(
                 session_id=command.session_id, agent=command.agent, history=command.history
             )
+            # Before any turn.start (commands are handled in order): the rules, and the
+            # verdicts the server stored while this runner was away.
+            await executor.update_policies(session_id=command.session_id, rules=command.policies)
+            for verdict in command.verdicts:
+                await executor.approval_verdict(session_id=command.session_id, verdict=verdict)
         elif isinstance(command, TurnStart):
             await executor.start_turn(
                 session_id=command.session_id,
@@ -543,8 +558,13 @@ class RunnerTunnel:
             await executor.interrupt(session_id=command.session_id)
         elif isinstance(command, SessionClose):
             await executor.close_session(session_id=command.session_id)
+        elif isinstance(command, PolicyUpdate):
+            await executor.update_policies(session_id=command.session_id, rules=command.rules)
+        elif isinstance(command, ApprovalVerdict):
+            await executor.approval_verdict(
+                session_id=command.session_id, verdict=command.verdict()
+            )
         else:
-            # policy.update, approval.verdict: defined by the protocol, not yet run here.
             raise CommandRejected(
                 "unsupported_command", f"this runner does not support {frame_type(command)!r}"
             )
@@ -553,16 +573,18 @@ class RunnerTunnel:
         if frame.id is None:
             logger.warning("ignoring rpc without an id")
             return
+        status = None
         try:
             result = await self._executor.rpc(method=frame.method, params=frame.params)
             answer = RpcResult(id=frame.id, ok=True, result=result)
             encode_bytes(answer)  # fail here, as an rpc error, rather than in the sender
         except CommandRejected as exc:
             error = ErrorInfo(code=exc.code, message=exc.message)
+            status = exc.status
         except Exception as exc:
             logger.exception("rpc %r failed", frame.method)
             error = ErrorInfo(code="internal_error", message=str(exc))
         else:
             reply(answer)
             return
-        reply(RpcResult(id=frame.id, ok=False, error=error))
+        reply(RpcResult(id=frame.id, ok=False, error=error, status=status))

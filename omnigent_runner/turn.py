@@ -11,18 +11,19 @@ sees the same transcript.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import openai
 
-from omnigent_runner import protocol
+from omnigent_runner import gate, protocol
 from omnigent_runner.bundles import AgentSpec
 from omnigent_runner.llm import ClientPool, FunctionCall, LLMError, ModelRequest, call_model
 from omnigent_runner.tools import sys_os
@@ -62,6 +63,8 @@ class SessionState:
     current: TurnRequest | None = None
     current_task: asyncio.Task[None] | None = None
     closing: bool = False  # set by close/shutdown: the turn must stop without events
+    # The effective policy rules (session.open, policy.update); read at every tool call.
+    policies: list[protocol.PolicyRule] = field(default_factory=list)
 
     @property
     def busy(self) -> bool:
@@ -96,6 +99,8 @@ class TurnRunner:
         emit: Emit,
         pool: ClientPool,
         env: Mapping[str, str],
+        verdicts: gate.VerdictBook | None = None,
+        ask_grace_s: float = gate.DEFAULT_ASK_GRACE_S,
     ) -> None:
         self.session = session
         self.request = request
@@ -107,6 +112,15 @@ class TurnRunner:
         self._call_item_ids: dict[str, str] = {}
         # Built-in calls emitted as done whose output is not out yet: settled on failure.
         self._unanswered: dict[str, FunctionCall] = {}
+        self._timer: asyncio.Timeout | None = None  # the turn's deadline (paused while asking)
+        self._policy = gate.PolicyGate(
+            session_id=session.session_id,
+            response_id=request.response_id,
+            emit=self._emit,
+            verdicts=verdicts if verdicts is not None else gate.VerdictBook(),
+            ask_grace_s=ask_grace_s,
+            pause=self._deadline_paused,
+        )
 
     # --- outcome ------------------------------------------------------------------------
 
@@ -118,7 +132,7 @@ class TurnRunner:
         try:
             self._add_input()
             spec = self._spec()
-            timer = asyncio.timeout(spec.timeout)
+            timer = self._timer = asyncio.timeout(spec.timeout)
             async with timer:
                 await self._loop(spec)
         except asyncio.CancelledError:
@@ -207,6 +221,7 @@ class TurnRunner:
             base_url=spec.base_url or self._env.get("OPENAI_BASE_URL") or None,
         )
         model = spec.model or self._env.get("OMNIGENT_DEFAULT_MODEL") or DEFAULT_MODEL
+        await self._resume_asked_calls(builtin_names)
         for _ in range(spec.max_iterations):
             request = ModelRequest(
                 api=spec.api,
@@ -253,13 +268,24 @@ class TurnRunner:
             )
         return answer.calls
 
-    async def _run_calls(
-        self, calls: list[FunctionCall], builtin_names: set[str], client_names: set[str]
+    async def _start_calls(
+        self,
+        calls: list[FunctionCall],
+        builtin_names: set[str],
+        client_names: set[str],
+        parked: dict[asyncio.Future[str], FunctionCall],
     ) -> None:
-        """Run built-in calls in order; park on client calls, then wait for all of them."""
-        parked: dict[asyncio.Future[str], FunctionCall] = {}
+        """Each call in order through the policy gate: run a built-in one, park a client
+        one (into ``parked``), or give it its refusal as output."""
         for call in calls:
+            arguments, problem = _arguments(call)
             if call.name in client_names:
+                # The policy gate comes first: the client runs the call once it sees it.
+                refusal = await self._gate(call, arguments or {})
+                if refusal is not None:
+                    self._done(self._call_item(call, "completed"))
+                    self._output(call, refusal)
+                    continue
                 self._emit_item(self._call_item(call, "action_required"))
                 future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
                 self.session.pending[call.call_id] = future
@@ -267,25 +293,106 @@ class TurnRunner:
                 continue
             self._done(self._call_item(call, "completed"))
             self._unanswered[call.call_id] = call
-            if call.name in builtin_names:
-                result, changes = await self._run_builtin(call)
+            if call.name not in builtin_names:
+                self._output(call, _json({"error": f"unknown tool '{call.name}'"}))
+            elif arguments is None:
+                self._output(call, _json({"error": problem}))  # nothing would run: nothing to ask
             else:
-                result, changes = {"error": f"unknown tool '{call.name}'"}, None
-            self._output(call, json.dumps(result, ensure_ascii=False))
-            if changes is not None:
-                self._emit(protocol.workspace_changes(changes))
+                await self._finish_builtin(call, arguments)
+
+    async def _finish_builtin(self, call: FunctionCall, arguments: dict[str, Any]) -> None:
+        """Gate a reported built-in call, run it if allowed, and report its output."""
+        refusal = await self._gate(call, arguments)
+        if refusal is not None:
+            self._output(call, refusal)
+            return
+        result, changes = await self._run_builtin(call, arguments)
+        self._output(call, _json(result))
+        if changes is not None:
+            self._emit(protocol.workspace_changes(changes))
+
+    async def _run_calls(
+        self, calls: list[FunctionCall], builtin_names: set[str], client_names: set[str]
+    ) -> None:
+        """Run built-in calls in order; park on client calls, then wait for all of them."""
+        parked: dict[asyncio.Future[str], FunctionCall] = {}
+        try:
+            await self._start_calls(calls, builtin_names, client_names, parked)
+        except BaseException:
+            # Interrupted while a later call ran or waited for its verdict.
+            self._unpark(parked)
+            raise
         if parked:
             await self._wait_for_client(parked)
 
-    async def _run_builtin(
-        self, call: FunctionCall
-    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    # --- the policy gate (approvals.md) -----------------------------------------------------
+
+    async def _gate(self, call: FunctionCall, arguments: dict[str, Any]) -> str | None:
+        """None to run the call, else the refusal the model sees as its output. An
+        interrupt while the call waits for a verdict answers it ``not approved``."""
         try:
-            arguments = json.loads(call.arguments or "{}")
-        except ValueError as exc:
-            return {"error": f"tool arguments are not valid JSON: {exc}"}, None
-        if not isinstance(arguments, dict):
-            return {"error": "tool arguments must be a JSON object"}, None
+            return await self._policy.check(self.session.policies, call=call, arguments=arguments)
+        except asyncio.CancelledError:
+            if call.call_id in self._unanswered and not self.session.closing:
+                self._output(call, gate.not_approved_output())
+            raise
+
+    @contextlib.contextmanager
+    def _deadline_paused(self) -> Iterator[None]:
+        """Stop the turn's clock while a call waits for a person: their thinking time is
+        not the agent's run time (``executor.timeout``)."""
+        timer = self._timer
+        deadline = timer.when() if timer is not None else None
+        if timer is None or deadline is None:
+            yield
+            return
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        timer.reschedule(None)
+        try:
+            yield
+        finally:
+            timer.reschedule(deadline + (loop.time() - started))
+
+    async def _resume_asked_calls(self, builtin_names: set[str]) -> None:
+        """A turn re-run after a runner restart: built-in calls of this turn that were
+        reported but have no output, and that the rules still ``ask`` about, were waiting
+        for a person. They are asked again under the same ``call_id`` (the server answers
+        from its stored verdict, so nobody is asked twice) instead of asking the model
+        for a new call. Other unfinished calls stay out of the model's view as before."""
+        answered = {
+            item.get("call_id")
+            for item in self.session.history
+            if item.get("type") == "function_call_output"
+        }
+        for item in list(self.session.history):
+            if (
+                item.get("type") != "function_call"
+                or item.get("response_id") != self._rid
+                or item.get("call_id") in answered
+                or item.get("name") not in builtin_names
+                or not isinstance(item.get("call_id"), str)
+            ):
+                continue
+            call = FunctionCall(
+                call_id=item["call_id"], name=item["name"], arguments=item.get("arguments") or ""
+            )
+            arguments, _ = _arguments(call)
+            if arguments is None or not self._policy.would_ask(
+                self.session.policies, call=call, arguments=arguments
+            ):
+                continue
+            logger.info(
+                "turn %s: resuming call %s, asked before a restart", self._rid, call.call_id
+            )
+            if isinstance(item.get("id"), str):
+                self._call_item_ids[call.call_id] = item["id"]
+            self._unanswered[call.call_id] = call
+            await self._finish_builtin(call, arguments)
+
+    async def _run_builtin(
+        self, call: FunctionCall, arguments: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         if self.session.tracker is not None:
             return await self.session.tracker.run_tool(call.name, arguments)
         assert self.session.root is not None  # built-ins exist only with os_env
@@ -308,11 +415,14 @@ class TurnRunner:
                     self._done(self._call_item(call, "completed"))
                     self._output(call, future.result())
         finally:
-            for future, call in parked.items():
-                if self.session.pending.get(call.call_id) is future:
-                    del self.session.pending[call.call_id]
-                future.cancel()
+            self._unpark(parked)
         self._status("running")
+
+    def _unpark(self, parked: dict[asyncio.Future[str], FunctionCall]) -> None:
+        for future, call in parked.items():
+            if self.session.pending.get(call.call_id) is future:
+                del self.session.pending[call.call_id]
+            future.cancel()
 
     # --- items and events ---------------------------------------------------------------
 
@@ -358,3 +468,18 @@ class TurnRunner:
     def _emit(self, event: protocol.AnyEvent) -> None:
         if not self.session.closing:
             self._emit_raw(event)
+
+
+def _arguments(call: FunctionCall) -> tuple[dict[str, Any] | None, str]:
+    """The call's arguments as the JSON object the tool runs with, or why they are not."""
+    try:
+        arguments = json.loads(call.arguments or "{}")
+    except ValueError as exc:
+        return None, f"tool arguments are not valid JSON: {exc}"
+    if not isinstance(arguments, dict):
+        return None, "tool arguments must be a JSON object"
+    return arguments, ""
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)

@@ -17,10 +17,14 @@ class DomainError(Exception):
     code: ClassVar[str] = "invalid_input"
     http_status: ClassVar[int] = 400
 
-    def __init__(self, message: str, *, field: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, field: str | None = None, fields: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.field = field
+        # Several fields, each with its own message (``{"rules.0.action": "..."}``).
+        self.fields = fields
 
     @property
     def public_message(self) -> str:
@@ -49,6 +53,13 @@ class Conflict(DomainError):
 class PayloadTooLarge(DomainError):
     code = "payload_too_large"
     http_status = 413
+
+
+class UnsupportedMediaType(DomainError):
+    """The content is of a type this endpoint does not take (an uploaded file's bytes)."""
+
+    code = "unsupported_media_type"
+    http_status = 415
 
 
 class RunnerUnavailable(DomainError):

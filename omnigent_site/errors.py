@@ -1,18 +1,24 @@
 """One error format for every 4xx/5xx: ``{"error": {"code", "message"}}`` (http-api.md).
 
 The shape is ``omnigent_site.shapes.ErrorBody``; every error body is built by
-``error_body`` so that the shape the schema documents is the one rendered.
+``error_body`` so that the shape the schema documents is the one rendered, and
+``error_body`` escapes text UTF-8 cannot encode, so an error about bad input can always
+be rendered. ``ErrorFormatMiddleware`` turns Django's own error pages on API paths
+(the DEBUG traceback and 404 pages) into the same format.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.db import DataError
-from django.http import Http404, HttpRequest, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponseBase, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
@@ -45,10 +51,29 @@ def error_body(
     """The error format; ``code`` defaults to the status code's, ``fields`` is optional."""
     if code is None:
         code = _CODES.get(status_code, "internal_error" if status_code >= 500 else "invalid_input")
-    detail: ErrorDetail = {"code": code, "message": message}
+    detail: ErrorDetail = {"code": code, "message": renderable(message)}
     if fields is not None:
-        detail["fields"] = fields
+        detail["fields"] = renderable(fields)
     return {"error": detail}
+
+
+def renderable(value: Any) -> Any:
+    """``value`` with text UTF-8 cannot encode (lone surrogates) escaped as ``\\udxxx``.
+
+    An error that names the bad input (a label key, an unknown field) must not carry
+    that input raw: the renderer could not encode it and the 400 became a 500.
+    """
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {renderable(key): renderable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [renderable(item) for item in value]
+    return value
 
 
 def _first_message(detail: Any, path: str = "") -> str:
@@ -75,7 +100,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
                 exc.http_status,
                 exc.public_message,
                 code=exc.code,
-                fields={exc.field: [exc.message]} if exc.field else None,
+                fields=exc.fields or ({exc.field: [exc.message]} if exc.field else None),
             ),
             status=exc.http_status,
         )
@@ -146,3 +171,64 @@ def permission_denied_view(
     request: HttpRequest, exception: Exception | None = None
 ) -> JsonResponse:
     return json_error(403, str(exception) or "forbidden")
+
+
+def is_api_path(path: str) -> bool:
+    return path.startswith("/v1/") or path == "/health"
+
+
+class ErrorFormatMiddleware:
+    """Django's own error pages on API paths become the error format (http-api.md).
+
+    DRF views render every error through :func:`exception_handler`, and Django's error
+    handlers above answer in the format when DEBUG is off. With DEBUG on, Django answers
+    an exception that escapes a view (a non-DRF view, a response that fails to render,
+    a middleware) with its HTML traceback page instead of ``handler500``, and a 404
+    outside DRF with its HTML 404 page; an API client must get the error format in every
+    mode. ``process_exception`` answers the first two before the page is built (and
+    logs the traceback); outermost in ``MIDDLEWARE``, ``format`` replaces any other page
+    Django built further in. DRF responses (the browsable API's HTML pages included) and
+    JSON responses pass untouched.
+    """
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        return self.format(request, self.get_response(request))
+
+    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
+        response: Awaitable[HttpResponseBase] = self.get_response(request)
+        return self.format(request, await response)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> JsonResponse | None:
+        """With DEBUG on, an exception from a view or from rendering its response is
+        answered here: Django's traceback page would be HTML, and it cannot even be built
+        when the exception's text holds a lone surrogate. With DEBUG off, Django's
+        ``handler500`` answers (``server_error_view``), after its own logging."""
+        if not settings.DEBUG or not is_api_path(request.path):
+            return None
+        log.error("unhandled error on %s", request.path, exc_info=exception)
+        return json_error(500, "internal server error")
+
+    @staticmethod
+    def format(request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
+        if (
+            response.status_code < 400
+            or response.streaming
+            or isinstance(response, Response | JsonResponse)
+            or response.get("Content-Type", "").startswith("application/json")
+            or not is_api_path(request.path)
+        ):
+            return response
+        status_code = response.status_code
+        message = "internal server error" if status_code >= 500 else response.reason_phrase.lower()
+        return json_error(status_code, message)

@@ -24,3 +24,13 @@ def new_item_id() -> str:
 
 def new_response_id() -> str:
     return new_id("resp_")
+
+
+def new_elicitation_id() -> str:
+    """``elicit_<32 hex>`` (approvals.md): an approval's id, as Omnigent's clients know it."""
+    return f"elicit_{secrets.token_hex(16)}"
+
+
+def new_file_id() -> str:
+    """``file_…``: a session file (files.md §1)."""
+    return new_id("file_")

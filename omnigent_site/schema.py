@@ -306,6 +306,7 @@ ERROR_DESCRIPTIONS = {
     409: "Conflicts with the current state (`conflict`).",
     413: "The request body or an upload is too large (`payload_too_large`).",
     415: "The request's Content-Type is not accepted (`unsupported_media_type`).",
+    429: "Too many requests or open streams (`rate_limited`); `Retry-After` says when to retry.",
     503: "No live runner took the command (`runner_unavailable`); safe to retry.",
 }
 
@@ -339,3 +340,28 @@ def list_parameters(*, default_limit: int, default_order: str) -> list[OpenApiPa
             {"type": "string", "enum": ["asc", "desc"], "default": default_order},
         ),
     ]
+
+
+def document_rate_limits(result: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """Postprocessing hook: every authenticated operation may answer 429.
+
+    The per-user rate (``omnigent_site/throttling.py``) applies to every API view, so the
+    429 is added here once instead of in each view's ``error_responses``. An operation
+    is authenticated when it documents 401.
+    """
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            responses = operation.get("responses") if isinstance(operation, dict) else None
+            if not responses or "401" not in responses or "429" in responses:
+                continue
+            responses["429"] = {
+                "description": ERROR_DESCRIPTIONS[429],
+                "headers": {
+                    "Retry-After": {
+                        "schema": {"type": "integer", "minimum": 1},
+                        "description": "seconds to wait before retrying",
+                    }
+                },
+                "content": {"application/json": responses["401"]["content"]["application/json"]},
+            }
+    return result

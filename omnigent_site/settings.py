@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import secrets
 from pathlib import Path
 from typing import Any
@@ -93,22 +94,27 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "channels",
     "sessions.apps.AgentSessionsConfig",
     "runners.apps.RunnersConfig",
     "workspaces.apps.WorkspacesConfig",
+    "web.apps.WebConfig",
 ]
 
-# Django's standard middleware, with hooks that run inline under ASGI
-# (omnigent_site/runtime/middleware.py explains why).
+# Django's standard middleware. The server's ASGI handler runs each stock class as its
+# inline-hooks equivalent (omnigent_site/runtime/middleware.py explains why); naming
+# Django's own classes here keeps `check --deploy` checking what they do.
 MIDDLEWARE = [
-    "omnigent_site.runtime.middleware.InlineSecurityMiddleware",
-    "omnigent_site.runtime.middleware.InlineSessionMiddleware",
-    "omnigent_site.runtime.middleware.InlineCommonMiddleware",
-    "omnigent_site.runtime.middleware.InlineCsrfViewMiddleware",
-    "omnigent_site.runtime.middleware.InlineAuthenticationMiddleware",
-    "omnigent_site.runtime.middleware.InlineMessageMiddleware",
-    "omnigent_site.runtime.middleware.InlineXFrameOptionsMiddleware",
+    # Outermost: Django's own error pages on API paths become the error format.
+    "omnigent_site.errors.ErrorFormatMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
 ROOT_URLCONF = "omnigent_site.urls"
@@ -220,6 +226,20 @@ CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 if env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", False):
     # Behind a TLS-terminating proxy that sets X-Forwarded-Proto.
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+# HTTPS only, by default, once DEBUG is off (deployment.md, "HTTPS"); local single-user
+# mode serves plain HTTP on loopback (runlocal), so it keeps them off. Each has its own
+# variable; `check --deploy` sees them because MIDDLEWARE names Django's own classes.
+_HTTPS_ONLY = not DEBUG and not env_bool("OMNIGENT_LOCAL_SINGLE_USER", False)
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", _HTTPS_ONLY)
+SECURE_REDIRECT_EXEMPT = env_list("DJANGO_SECURE_REDIRECT_EXEMPT", [r"^health$"])
+SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31_536_000 if _HTTPS_ONLY else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", _HTTPS_ONLY)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SESSION_COOKIE_SECURE", _HTTPS_ONLY)
+CSRF_COOKIE_SECURE = env_bool("DJANGO_CSRF_COOKIE_SECURE", _HTTPS_ONLY)
+# Preloading is the operator's commitment for a whole domain, never a default; W021
+# only says it is off.
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
 
 # --- Omnigent -----------------------------------------------------------------
 OMNIGENT_LOCAL_SINGLE_USER = env_bool("OMNIGENT_LOCAL_SINGLE_USER", False)
@@ -240,6 +260,15 @@ for _proxy in OMNIGENT_TRUSTED_PROXIES:
 OMNIGENT_MAX_BUNDLE_BYTES = env_int("OMNIGENT_MAX_BUNDLE_BYTES", 12 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = OMNIGENT_MAX_BUNDLE_BYTES + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = OMNIGENT_MAX_BUNDLE_BYTES + 1024 * 1024
+# The agent YAML inside a bundle (agents.md): refused beyond this many bytes before it is
+# parsed. Runners read the same variable (omnigent_runner.bundles.max_yaml_bytes_from).
+OMNIGENT_MAX_AGENT_YAML_BYTES = max(1, env_int("OMNIGENT_MAX_AGENT_YAML_BYTES", 1024 * 1024))
+# Session files (files.md §1): the cap on one uploaded file's bytes (413 beyond it,
+# enforced while the body streams in; see sessions/file_upload.py), and the slack the
+# server allows on top of it for the multipart framing before it cuts a body off
+# (omnigent_site/runtime/body_limit.py).
+OMNIGENT_MAX_UPLOAD_BYTES = max(1, env_int("OMNIGENT_MAX_UPLOAD_BYTES", 20 * 1024 * 1024))
+OMNIGENT_UPLOAD_OVERHEAD_BYTES = max(0, env_int("OMNIGENT_UPLOAD_OVERHEAD_BYTES", 64 * 1024))
 # Runner tunnel (tunnel.md).
 OMNIGENT_RUNNER_TUNNEL_TOKEN = env_list("OMNIGENT_RUNNER_TUNNEL_TOKEN", [])
 OMNIGENT_RUNNER_OWNER = os.environ.get("OMNIGENT_RUNNER_OWNER", "local").strip() or "local"
@@ -250,12 +279,56 @@ OMNIGENT_RELAY_TIMEOUT_S = env_float("OMNIGENT_RELAY_TIMEOUT_S", 10.0)
 # The largest WebSocket message (and frame) a runner may send: daphne's 1 MiB default
 # becomes this (omnigent_site/runtime/server.py); 0 means no limit.
 OMNIGENT_MAX_FRAME_BYTES = max(0, env_int("OMNIGENT_MAX_FRAME_BYTES", 16 * 1024 * 1024))
+# The workspace through the server (files.md §2): a file read's content cap (longer
+# files come back ``truncated``; ``?download=1`` streams them whole) and a write's cap.
+OMNIGENT_WORKSPACE_READ_MAX_BYTES = max(
+    1, env_int("OMNIGENT_WORKSPACE_READ_MAX_BYTES", 2 * 1024 * 1024)
+)
+OMNIGENT_WORKSPACE_WRITE_MAX_BYTES = max(
+    1, env_int("OMNIGENT_WORKSPACE_WRITE_MAX_BYTES", 10 * 1024 * 1024)
+)
+# A JSON write body carries the bytes as base64 (4/3 of them): room for the largest.
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(
+    DATA_UPLOAD_MAX_MEMORY_SIZE, OMNIGENT_WORKSPACE_WRITE_MAX_BYTES * 4 // 3 + 1024 * 1024
+)
+# JSON nesting allowed in request bodies (runner frames: this plus a small margin);
+# deeper is a 400 before anything is stored (omnigent_runner/json_text.py).
+OMNIGENT_MAX_JSON_DEPTH = env_int("OMNIGENT_MAX_JSON_DEPTH", 64)
+if not 1 <= OMNIGENT_MAX_JSON_DEPTH <= 256:
+    raise ImproperlyConfigured("OMNIGENT_MAX_JSON_DEPTH must be between 1 and 256")
 # Idle request threads kept for later requests (omnigent_site/runtime/handler.py).
 OMNIGENT_REQUEST_THREADS_IDLE = max(0, env_int("OMNIGENT_REQUEST_THREADS_IDLE", 16))
 # Session stream (http-api.md, Stream).
 OMNIGENT_STREAM_HEARTBEAT_S = env_float("OMNIGENT_STREAM_HEARTBEAT_S", 15.0)
 OMNIGENT_EVENT_RETENTION = env_int("OMNIGENT_EVENT_RETENTION", 1000)
 OMNIGENT_STREAM_MAX_LAG = env_int("OMNIGENT_STREAM_MAX_LAG", 500)
+# Limits on clients (http-api.md; omnigent_site/throttling.py, stream_slots.py): request
+# rates ("<n>/<second|minute|hour|day>", "" or 0 for none) and open streams per user
+# (0 for none); all off in local single-user mode.
+OMNIGENT_THROTTLE_USER_RATE = os.environ.get("OMNIGENT_THROTTLE_USER_RATE", "1200/min").strip()
+OMNIGENT_THROTTLE_RUNNER_RATE = os.environ.get("OMNIGENT_THROTTLE_RUNNER_RATE", "600/min").strip()
+OMNIGENT_MAX_STREAMS_PER_USER = max(0, env_int("OMNIGENT_MAX_STREAMS_PER_USER", 50))
+for _name in ("OMNIGENT_THROTTLE_USER_RATE", "OMNIGENT_THROTTLE_RUNNER_RATE"):
+    if not re.fullmatch(r"|0|[0-9]+/(s|m|h|d)[a-z]*", globals()[_name]):
+        raise ImproperlyConfigured(f"{_name} must look like 1200/min (or be 0 for no limit)")
+# The throttles' counts: shared through Redis when the deployment has it.
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "throttle": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": os.environ.get("OMNIGENT_CHANNEL_PREFIX", "omnigent") + ":throttle",
+            "OPTIONS": {"socket_timeout": 2.0, "socket_connect_timeout": 2.0},
+        }
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "throttle"}
+    ),
+}
+# Approvals (approvals.md): the cap on how long a question waits, and how often every
+# server process looks for questions past their deadline.
+OMNIGENT_ASK_TIMEOUT_S = env_float("OMNIGENT_ASK_TIMEOUT_S", 3600.0)
+OMNIGENT_APPROVAL_SWEEP_S = env_float("OMNIGENT_APPROVAL_SWEEP_S", 5.0)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -270,11 +343,15 @@ REST_FRAMEWORK = {
         "omnigent_site.browsable.FormsBrowsableAPIRenderer",
     ],
     "DEFAULT_PARSER_CLASSES": [
-        "rest_framework.parsers.JSONParser",
+        "omnigent_site.parsers.JSONParser",
         "rest_framework.parsers.MultiPartParser",
         "rest_framework.parsers.FormParser",
     ],
     "EXCEPTION_HANDLER": "omnigent_site.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": [
+        "omnigent_site.throttling.UserRateThrottle",
+        "omnigent_site.throttling.RunnerRateThrottle",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
@@ -285,6 +362,14 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI and Redoc from drf-spectacular-sidecar's static files: no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "omnigent_site.schema.document_rate_limits",
+    ],
 }
 
 LOGGING = {

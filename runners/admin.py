@@ -2,10 +2,12 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from sessions.models import Session
+from sessions import approvals
+from sessions.models import Approval, Session
 
 from . import services
 from .models import Runner
+from .verdicts import post_verdicts
 
 
 class BoundSessionInline(admin.TabularInline):
@@ -69,3 +71,89 @@ class RunnerAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         # A runner's id derives from a token that must be shown once: use POST /v1/runners.
         return False
+
+
+@admin.register(Approval)
+class ApprovalAdmin(admin.ModelAdmin):
+    """Questions about tool calls and their verdicts (approvals.md, Audit).
+
+    Read-only rows: a verdict is given with the actions, which go through the same
+    service as the API (first verdict wins) and are then sent to the runner.
+    """
+
+    list_display = ["id", "session", "tool", "status", "created_at", "expires_at", "resolved_by"]
+    list_filter = [
+        "status",
+        ("session", admin.RelatedOnlyFieldListFilter),
+        "tool",
+        ("resolved_by", admin.RelatedOnlyFieldListFilter),
+    ]
+    list_select_related = ["session", "resolved_by"]
+    search_fields = ["id", "session__id", "tool", "call_id", "policy_name"]
+    readonly_fields = [
+        "id",
+        "session",
+        "turn",
+        "call_id",
+        "tool",
+        "arguments",
+        "policy_name",
+        "policy_reason",
+        "message",
+        "status",
+        "created_at",
+        "expires_at",
+        "resolved_at",
+        "resolved_by",
+        "reason",
+        "runner_acked",
+    ]
+    actions = ["accept", "decline", "cancel"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        # The audit trail goes with its session, never on its own.
+        return False
+
+    def _resolve(self, request: HttpRequest, queryset: QuerySet[Approval], action: str) -> None:
+        resolved = skipped = 0
+        for approval in queryset.filter(status=Approval.Status.PENDING).select_related(
+            "session__runner"
+        ):
+            resolution = approvals.resolve(
+                session_id=approval.session_id,
+                approval_id=approval.id,
+                action=action,
+                user=request.user,  # type: ignore[arg-type]
+                reason=f"{action} in the admin",
+            )
+            if resolution.stored:
+                runner = approval.session.runner
+                post_verdicts(
+                    channel_name=runner.channel_name if runner is not None else "",
+                    approvals=[resolution.approval],
+                )
+            if resolution.stored and not resolution.conflict:
+                resolved += 1
+            else:
+                skipped += 1
+        level = messages.SUCCESS if resolved else messages.WARNING
+        note = f" ({skipped} already had a verdict)" if skipped else ""
+        self.message_user(request, f"{action}: {resolved} approval(s){note}.", level)
+
+    @admin.action(description="Accept the selected pending approvals (the tool runs)")
+    def accept(self, request: HttpRequest, queryset: QuerySet[Approval]) -> None:
+        self._resolve(request, queryset, "accept")
+
+    @admin.action(description="Decline the selected pending approvals")
+    def decline(self, request: HttpRequest, queryset: QuerySet[Approval]) -> None:
+        self._resolve(request, queryset, "decline")
+
+    @admin.action(description="Cancel the selected pending approvals")
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Approval]) -> None:
+        self._resolve(request, queryset, "cancel")

@@ -23,10 +23,12 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.utils import timezone
 
+from omnigent_runner.json_text import FRAME_DEPTH_MARGIN
 from omnigent_runner.protocol import (
     ANSWER_TYPES,
     Ack,
     AnyCommand,
+    ApprovalVerdict,
     EventAck,
     EventFrame,
     Frame,
@@ -48,6 +50,7 @@ from omnigent_runner.protocol import (
     frame_type,
     with_id,
 )
+from sessions import approvals
 
 from . import runner_events, services
 from .relay import notify
@@ -167,6 +170,9 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 await database_sync_to_async(runner_events.mark_session_opened)(
                     session_id=resume.session_id, generation=self.generation
                 )
+                # Verdicts given while the tunnel was down (no session.open carries them).
+                for verdict in resume.verdict_commands:
+                    await self._forward(verdict, reply_channel=None)
                 continue
             if resume.open_command is None:
                 continue  # could not be opened (logged); its turns were failed
@@ -196,7 +202,9 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             log.warning("tunnel %s: ignored a binary message", self.runner_id)
             return
         try:
-            frame = decode_runner_frame(text_data)
+            frame = decode_runner_frame(
+                text_data, max_depth=settings.OMNIGENT_MAX_JSON_DEPTH + FRAME_DEPTH_MARGIN
+            )
         except ProtocolError as exc:
             await self._bad_frame(exc)
             return
@@ -312,11 +320,15 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 error.code,
                 error.message,
             )
-            reply = TunnelReply(ok=False, error=error)
+            status = frame.status if isinstance(frame, RpcResult) else None
+            reply = TunnelReply(ok=False, error=error, status=status)
         if reply.ok and type(command) is SessionOpen:
             await database_sync_to_async(runner_events.mark_session_opened)(
                 session_id=command.session_id, generation=self.generation
             )
+        if reply.ok and (verdicts := acknowledged_verdicts(command)):
+            # Stored verdicts stop riding along with session.open once the runner has them.
+            await database_sync_to_async(approvals.mark_acked)(approval_ids=verdicts)
         if reply_channel:
             await notify(channel_name=reply_channel, message=reply)
 
@@ -400,6 +412,15 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             asyncio.get_running_loop().create_task(
                 fail_after_grace(runner_id=self.runner_id, generation=self.generation)
             )
+
+
+def acknowledged_verdicts(command: AnyCommand) -> list[str]:
+    """The approvals whose verdicts ``command`` carried (none for most commands)."""
+    if type(command) is ApprovalVerdict:
+        return [command.elicitation_id]
+    if type(command) is SessionOpen:
+        return [verdict.elicitation_id for verdict in command.verdicts]
+    return []
 
 
 async def fail_after_grace(*, runner_id: str, generation: int) -> None:

@@ -7,18 +7,24 @@ with a deadline without holding Django's shared sync thread.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
 from omnigent_runner.protocol import ToolResult, TurnInterrupt, TurnStart
 from omnigent_site.domain_errors import AgentUnavailable, RunnerUnavailable
+from sessions import approvals
+from sessions import files as session_files
 from sessions.blobs import BundleMissing
 from sessions.models import Item, Session, Turn
 
 from . import runner_events
 from .models import Runner
 from .relay import RelayError, send_command
+from .verdicts import relay_verdict
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User as AuthUser
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +75,11 @@ async def submit_message(
     *, session: Session, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """Store the message and its turn, hand the turn to the runner, return the 202 body."""
+    if session_files.has_file_blocks(data):
+        # 400 (not this session's file) or 413 (over a frame) before anything is stored.
+        data = await sync_to_async(session_files.prepare_message_files)(
+            session_id=session.id, data=data
+        )
     runner = _runner_or_503(session)
     session_id = session.id
     item, response, command = await sync_to_async(_accept_with_command)(
@@ -102,15 +113,28 @@ async def forward_tool_result(*, session: Session, call_id: str, output: str) ->
     return {"queued": True, "item_id": call_id}
 
 
-async def interrupt_turn(*, session: Session) -> dict[str, Any]:
-    """Best effort: ask the runner to cancel the running turn; never a 503."""
+async def interrupt_turn(*, session: Session, user: AuthUser | None = None) -> dict[str, Any]:
+    """Best effort: ask the runner to cancel the running turn; never a 503.
+
+    The session's open questions are cancelled too (approvals.md), and their
+    ``cancel`` verdicts sent after the interrupt; an offline runner gets them with
+    ``session.open``.
+    """
     runner = session.runner
+    delivered = False
     if runner is not None and runner.online:
         try:
             await send_command(
                 channel_name=runner.channel_name,
                 command=TurnInterrupt(session_id=session.id),
             )
+            delivered = True
         except RelayError as exc:
             log.info("interrupt of %s not delivered: %s", session.id, exc.message)
+    cancelled = await sync_to_async(approvals.cancel_pending)(
+        session_id=session.id, reason="interrupted", user=user
+    )
+    if delivered:
+        for approval in cancelled:
+            await relay_verdict(session=session, approval=approval)
     return {"queued": False}

@@ -31,12 +31,17 @@ log = logging.getLogger(__name__)
 
 
 class RelayError(Exception):
-    """The command was not accepted: not delivered in time, tunnel gone, or nacked."""
+    """The command was not accepted: not delivered in time, tunnel gone, or nacked.
 
-    def __init__(self, code: str, message: str) -> None:
+    ``status`` is set when the runner answered an rpc with an error and named the
+    HTTP status for it (``workspace.*``); None for every delivery failure.
+    """
+
+    def __init__(self, code: str, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.status = status
 
 
 async def send_command(
@@ -76,7 +81,7 @@ async def send_command(
     if reply.ok:
         return reply
     error = nack_error(reply.error)
-    raise RelayError(error.code, error.message)
+    raise RelayError(error.code, error.message, status=reply.status)
 
 
 async def post_command(*, channel_name: str, command: AnyCommand) -> None:

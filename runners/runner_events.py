@@ -18,12 +18,16 @@ from django.utils import timezone
 from omnigent_runner import protocol
 from omnigent_site.ids import new_item_id
 from omnigent_site.timeutil import unix
-from sessions import blobs
+from sessions import approvals, blobs, policies, updates
+from sessions import files as session_files
+from sessions.approval_shapes import policy_denied_event
 from sessions.eventlog import record_event
 from sessions.models import Item, Session, Turn
 from sessions.selectors import response_output
 from sessions.shapes import ResponseEventOut, response_event_body
 from workspaces.services import apply_workspace_changes
+
+from .verdicts import post_verdicts
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,11 @@ def session_open_command(*, session: Session) -> protocol.SessionOpen:
             bundle_b64=base64.b64encode(bundle).decode("ascii"),
         ),
         history=history,
+        policies=policies.effective(session=session)[0],
+        verdicts=[
+            approvals.verdict(approval)
+            for approval in approvals.unacked_verdicts(session_id=session.id)
+        ],
     )
 
 
@@ -66,7 +75,11 @@ def turn_start_command(*, response: Turn) -> protocol.TurnStart:
     return protocol.TurnStart(
         session_id=response.session_id,
         response_id=response.id,
-        input=[item.flat() for item in inputs],
+        # File blocks carry the file's bytes here, and only here (files.md §1).
+        input=[
+            session_files.expand_file_blocks(session_id=response.session_id, item=item.flat())
+            for item in inputs
+        ],
         tools=response.tools or [],
     )
 
@@ -111,6 +124,7 @@ def _set_session_state(
     session.last_task_error = error
     session.save(update_fields=["status", "active_response_id", "last_task_error", "updated_at"])
     record_event(session_id=session.id, payload=_status_event(session))
+    updates.announce_session(session_id=session.id)
 
 
 def _finish_turn(response: Turn, *, status: str, error: dict | None, model: str) -> None:
@@ -120,6 +134,10 @@ def _finish_turn(response: Turn, *, status: str, error: dict | None, model: str)
     response.error = error
     response.completed_at = timezone.now()
     response.save(update_fields=["status", "error", "completed_at"])
+    # A question about a call of a finished turn can no longer be acted on.
+    approvals.cancel_pending(
+        session_id=response.session_id, turn_ids=[response.id], reason="the turn ended"
+    )
     event_types: dict[str, str] = {
         Turn.Status.COMPLETED: "response.completed",
         Turn.Status.FAILED: "response.failed",
@@ -303,11 +321,49 @@ def _apply(session: Session, event: protocol.AnyEvent | protocol.UnparsedEvent) 
                 "environment_id": environment_id,
             },
         )
+    elif isinstance(event, protocol.ApprovalRequested):
+        _apply_approval_requested(session, event)
+    elif isinstance(event, protocol.PolicyDenied):
+        if _turn(session, event.response_id) is None:
+            raise MalformedEvent("policy.denied for an unknown response")
+        record_event(
+            session_id=session.id,
+            payload=dict(
+                policy_denied_event(
+                    session_id=session.id,
+                    response_id=event.response_id,
+                    call_id=event.call_id,
+                    tool=event.tool,
+                    policy_name=event.policy_name,
+                    reason=event.reason,
+                )
+            ),
+        )
     elif isinstance(event, protocol.UnparsedEvent):
         raise MalformedEvent(event.error)
     else:
-        # approval.requested, policy.denied: the approvals feature gives them behaviour.
         raise MalformedEvent(f"{protocol.frame_type(event)} is not handled by this server")
+
+
+def _apply_approval_requested(session: Session, event: protocol.ApprovalRequested) -> None:
+    """Store the question once; a call asked about again that already has a verdict
+    (the runner restarted and re-ran the turn) gets that verdict, not a second question."""
+    response = _turn(session, event.response_id)
+    if response is None:
+        raise MalformedEvent("approval.requested for an unknown response")
+    asked = approvals.record_requested(session=session, turn=response, event=event)
+    answered = [asked.approval]
+    if asked.created and not response.is_open:
+        # The server already ended this turn (a runner back after the grace): nobody
+        # will answer, so the runner is told at once.
+        answered = approvals.cancel_pending(
+            session_id=session.id, turn_ids=[response.id], reason="the turn ended"
+        )
+    elif asked.created or answered[0].status == answered[0].Status.PENDING:
+        return
+    runner = session.runner
+    channel = runner.channel_name if runner is not None else ""
+    transaction.on_commit(lambda: post_verdicts(channel_name=channel, approvals=answered))
 
 
 def _apply_status(session: Session, event: protocol.SessionStatus) -> None:

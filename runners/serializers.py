@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from rest_framework import serializers
-
+from omnigent_site.strict_fields import StrictCharField
 from sessions.serializers import StrictSerializer
 
 
 class RunnerCreateSerializer(StrictSerializer):
-    name = serializers.CharField(max_length=128, allow_blank=True, required=False, default="")
+    name = StrictCharField(max_length=128, allow_blank=True, required=False, default="")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -19,9 +19,16 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from omnigent_runner.identity import derive_runner_id, new_binding_token
-from omnigent_runner.protocol import SessionClose, SessionOpen, TunnelRevoked, TurnStart
+from omnigent_runner.protocol import (
+    ApprovalVerdict,
+    SessionClose,
+    SessionOpen,
+    TunnelRevoked,
+    TurnStart,
+)
 from omnigent_site.domain_errors import Forbidden, InvalidInput
 from omnigent_site.users import get_or_create_user, is_admin
+from sessions import approvals, updates
 from sessions.blobs import BundleMissing
 from sessions.eventlog import publishing_together
 from sessions.models import Session, Turn
@@ -29,6 +36,7 @@ from sessions.models import Session, Turn
 from . import runner_events
 from .models import Runner
 from .relay import notify, post_command
+from .verdicts import verdict_command
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User as AuthUser
@@ -136,6 +144,7 @@ def mark_connected(
             ]
         )
         runner.refresh_from_db(fields=["generation"])
+        updates.announce_runner_sessions(runner_id=runner_id)
     return Connection(
         generation=runner.generation, replaced_channel=replaced if replaced != channel_name else ""
     )
@@ -150,6 +159,8 @@ def mark_disconnected(*, runner_id: str, generation: int) -> bool:
     updated = Runner.objects.filter(pk=runner_id, generation=generation).update(
         channel_name="", disconnected_at=timezone.now()
     )
+    if updated:
+        updates.announce_runner_sessions(runner_id=runner_id)
     return bool(updated)
 
 
@@ -204,6 +215,9 @@ class SessionResume:
     last_acked_seq: int
     open_command: SessionOpen | None
     turn_commands: list[TurnStart]
+    # For a session the runner still holds: stored verdicts it has not acknowledged
+    # (the others get them inside ``session.open``).
+    verdict_commands: list[ApprovalVerdict] = field(default_factory=list)
 
 
 def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[SessionResume]:
@@ -215,7 +229,11 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
     resumes: list[SessionResume] = []
     for session in Session.objects.filter(runner_id=runner_id).select_related("agent"):
         if session.id in open_sessions:
-            resumes.append(SessionResume(session.id, session.last_runner_seq, None, []))
+            verdicts = [
+                verdict_command(approval)
+                for approval in approvals.unacked_verdicts(session_id=session.id)
+            ]
+            resumes.append(SessionResume(session.id, session.last_runner_seq, None, [], verdicts))
             continue
         open_turns = list(
             Turn.objects.filter(session=session, status__in=Turn.OPEN_STATUSES).order_by(
@@ -271,6 +289,7 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
     previous = session.runner
     if runner_id == "":
         Session.objects.filter(pk=session.pk).update(runner=None, updated_at=timezone.now())
+        updates.announce_session(session_id=session.id)
         if previous is not None and previous.channel_name:
             close_session_on_runner(session=session)
         session.refresh_from_db()
@@ -283,6 +302,7 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
     Session.objects.filter(pk=session.pk).update(
         runner=runner, runner_generation_opened=0, updated_at=timezone.now()
     )
+    updates.announce_session(session_id=session.id)
     if previous is not None and previous.pk != runner.pk and previous.channel_name:
         close_session_on_runner(session=session, runner=previous)
     session.refresh_from_db()

@@ -25,8 +25,9 @@ from omnigent_site.authentication import request_user
 from omnigent_site.schema import error_responses
 from sessions import selectors
 from sessions import services as session_services
-from sessions.permissions import EDIT, OWNER, READ, SessionAccess, SessionScopedMixin
+from sessions.permissions import EDIT, MANAGE, OWNER, READ, SessionAccess, SessionScopedMixin
 from sessions.serializers import (
+    ApprovalEventSerializer,
     EventSerializer,
     FunctionCallOutputSerializer,
     SessionUpdateSerializer,
@@ -34,6 +35,7 @@ from sessions.serializers import (
 from sessions.shapes import SessionDeletedOut, SessionOut, session_body, session_deleted_body
 
 from . import dispatch, services
+from .approval_views import answer_elicitation
 from .shapes import EventAcceptedOut
 
 
@@ -42,12 +44,11 @@ class SessionDetailView(SessionScopedMixin, APIView):
     session_levels = {"GET": READ, "PATCH": EDIT, "DELETE": OWNER}
 
     def required_session_level(self, request: Request) -> int:
-        if (
-            request.method == "PATCH"
-            and isinstance(request.data, dict)
-            and "runner_id" in request.data
-        ):
-            return OWNER
+        if request.method == "PATCH" and isinstance(request.data, dict):
+            if "runner_id" in request.data:
+                return OWNER
+            if "share_workspace_files" in request.data:
+                return MANAGE  # files.md §2: sharing the workspace is the managers' call
         return super().required_session_level(request)
 
     def browsable_links(self) -> list[tuple[str, str]]:
@@ -61,6 +62,8 @@ class SessionDetailView(SessionScopedMixin, APIView):
             (f"{base}/stream?after=0", "stream (from the start)"),
             (changes, "workspace changes"),
             (f"{base}/permissions", "permissions"),
+            (f"{base}/policies", "policy rules"),
+            (f"{base}/elicitations?status=pending", "open approval questions"),
             (f"{base}/agent", "agent"),
         ]
 
@@ -81,7 +84,10 @@ class SessionDetailView(SessionScopedMixin, APIView):
             "no",
         )
         items = selectors.session_items(session=self.session) if include else []
-        return Response(session_body(self.session, level=self.session_level, items=items))
+        pending = selectors.pending_approvals(session_id=self.session.id)
+        return Response(
+            session_body(self.session, level=self.session_level, items=items, pending=pending)
+        )
 
     @extend_schema(
         request=SessionUpdateSerializer,
@@ -102,7 +108,10 @@ class SessionDetailView(SessionScopedMixin, APIView):
             session = session_services.update_session(session=session, **values)
         session.refresh_from_db()
         items = selectors.session_items(session=session)
-        return Response(session_body(session, level=self.session_level, items=items))
+        pending = selectors.pending_approvals(session_id=session.id)
+        return Response(
+            session_body(session, level=self.session_level, items=items, pending=pending)
+        )
 
     @extend_schema(responses={200: SessionDeletedOut, **error_responses(401, 403, 404)})
     def delete(self, request: Request, session_id: str) -> Response:
@@ -115,12 +124,14 @@ class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView)
     permission_classes = [IsAuthenticated, SessionAccess]
     session_with_agent = False
     session_levels = {"POST": EDIT}
+    # Every event goes to the session's runner: counted against its rate too.
+    runner_throttled_methods = ("POST",)
 
     @extend_schema(
         request=EventSerializer,
         responses={
             202: OpenApiResponse(EventAcceptedOut, description="Accepted."),
-            **error_responses(400, 401, 403, 404, 413, 415, 503),
+            **error_responses(400, 401, 403, 404, 409, 413, 415, 503),
         },
     )
     async def post(self, request: Request, session_id: str) -> HttpResponseBase:
@@ -147,12 +158,24 @@ class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView)
                 output=output.validated_data["output"],
             )
         elif kind == "interrupt":
-            body = await dispatch.interrupt_turn(session=self.session)
+            body = await dispatch.interrupt_turn(session=self.session, user=request_user(request))
+        elif kind == "approval":
+            answer = ApprovalEventSerializer(data=event["data"])
+            answer.is_valid(raise_exception=True)
+            await answer_elicitation(
+                session=self.session,
+                approval_id=answer.validated_data["elicitation_id"],
+                action=answer.validated_data["action"],
+                reason=answer.validated_data.get("reason"),
+                user=request_user(request),
+            )
+            body = {"queued": False}
         else:
             raise ValidationError(
                 {
                     "type": [
-                        f"unknown event type {kind!r}: use message, function_call_output or interrupt"
+                        f"unknown event type {kind!r}: use message, function_call_output, "
+                        "interrupt or approval"
                     ]
                 }
             )

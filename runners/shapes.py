@@ -108,7 +108,7 @@ def runner_deleted_body(runner_id: str) -> RunnerDeletedOut:
 class EventAcceptedOut(TypedDict):
     """The 202 of ``POST .../events``: ``message`` → queued, item and response ids;
     ``function_call_output`` → queued and the call id as ``item_id``;
-    ``interrupt`` → ``{"queued": false}``. Built by ``runners.dispatch``."""
+    ``interrupt`` and ``approval`` → ``{"queued": false}``. Built by ``runners.dispatch``."""
 
     queued: bool
     item_id: NotRequired[str]

@@ -13,7 +13,11 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from .models import Agent, Item, Permission, Session, Turn
+from omnigent_runner.policies import rules_as_json
+
+from . import policies
+from .blobs import BundleMissing
+from .models import Agent, Item, Permission, PolicyChange, Session, Turn
 
 # A transcript longer than this shows its most recent items (with a note).
 TRANSCRIPT_ITEMS = 500
@@ -90,6 +94,8 @@ class SessionAdmin(admin.ModelAdmin):
         "runner_generation_opened",
         "active_response_id",
         "last_task_error",
+        "policy_rules",
+        "effective_rules",
         "transcript",
     ]
     raw_id_fields = ["agent", "runner", "created_by"]
@@ -108,6 +114,32 @@ class SessionAdmin(admin.ModelAdmin):
     def runner_online(self, session: Session) -> bool | None:
         """None (no icon) when no runner is bound."""
         return None if session.runner is None else session.runner.online
+
+    @admin.display(description="effective policy rules")
+    def effective_rules(self, session: Session) -> SafeString:
+        """What the runner evaluates: the session's rules (``policy_rules``, changed only
+        through ``PUT .../policies``, which audits it), then the bundle's."""
+        if session.pk is None:
+            return format_html("{}", "—")
+        try:
+            rules, own = policies.effective(session=session)
+        except BundleMissing as exc:
+            return format_html("{}", f"unknown: {exc}")
+        if not rules:
+            return format_html("{}", "No rules: every tool call is allowed.")
+        rows = format_html_join(
+            "",
+            '<tr><td>{}</td><td>{}</td><td style="white-space: pre-wrap">{}</td></tr>',
+            (
+                ("session" if index < own else "bundle", rule["name"], json.dumps(rule))
+                for index, rule in enumerate(rules_as_json(rules))
+            ),
+        )
+        return format_html(
+            "<table><thead><tr><th>source</th><th>name</th><th>rule</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
+            rows,
+        )
 
     @admin.display(description="transcript")
     def transcript(self, session: Session) -> SafeString:
@@ -175,3 +207,23 @@ class PermissionAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Permission]:
         return super().get_queryset(request).order_by("session_id", "-level")
+
+
+@admin.register(PolicyChange)
+class PolicyChangeAdmin(admin.ModelAdmin):
+    """The audit of ``PUT .../policies``: who replaced a session's rules, when, from what."""
+
+    list_display = ["session", "user", "at"]
+    list_filter = [("user", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["session", "user"]
+    search_fields = ["session__id", "user__username"]
+    readonly_fields = ["session", "user", "at", "old_rules", "new_rules"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -13,5 +13,15 @@ class AgentSessionsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from django.conf import settings
+
         # Registers the OpenAPI descriptions of the authentication classes.
         from omnigent_site import schema  # noqa: F401
+        from omnigent_site.runtime import limit_request_body
+
+        # An upload of a session file is cut off at the socket once it passes the cap
+        # plus room for the multipart framing (files.md §1: never buffered whole).
+        limit_request_body(
+            r"^/v1/sessions/[^/]+/resources/files/?$",
+            lambda: settings.OMNIGENT_MAX_UPLOAD_BYTES + settings.OMNIGENT_UPLOAD_OVERHEAD_BYTES,
+        )

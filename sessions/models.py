@@ -11,7 +11,13 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from omnigent_site.ids import new_agent_id, new_response_id, new_session_id
+from omnigent_site.ids import (
+    new_agent_id,
+    new_elicitation_id,
+    new_file_id,
+    new_response_id,
+    new_session_id,
+)
 from omnigent_site.timeutil import unix
 
 
@@ -89,6 +95,10 @@ class Session(models.Model):
     last_event_seq = models.BigIntegerField(default=0)
     # The runner connection generation that acknowledged ``session.open`` (0: none).
     runner_generation_opened = models.PositiveBigIntegerField(default=0)
+    # Read users may browse and search the workspace (files.md §2); else reads need edit.
+    share_workspace_files = models.BooleanField(default=False)
+    # The session's own policy rules (approvals.md), validated, before the bundle's.
+    policy_rules = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -227,3 +237,144 @@ class SessionEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}#{self.seq} {self.type}"
+
+
+class Approval(models.Model):
+    """A question to a person about one tool call, and its verdict (approvals.md).
+
+    One row per ``(turn, call_id)``, however often the runner asks: a runner that
+    re-runs a turn asks again with the same ids and gets the stored verdict. Written
+    only by ``sessions.approvals``; a verdict is set once, by a conditional UPDATE.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        ACCEPTED = "accepted"
+        DECLINED = "declined"
+        CANCELLED = "cancelled"
+        EXPIRED = "expired"
+
+    id = models.CharField(
+        primary_key=True, max_length=64, default=new_elicitation_id, editable=False
+    )
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="approvals")
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="approvals")
+    call_id = models.CharField(max_length=256)
+    tool = models.CharField(max_length=256)
+    arguments = models.JSONField(default=dict)
+    policy_name = models.CharField(max_length=256)
+    # The rule's reason for asking, as the runner sent it.
+    policy_reason = models.TextField(blank=True, default="")
+    message = models.TextField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    # Null for a verdict nobody gave (expiry) and after the user is deleted.
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    # The verdict's reason (the person's, or ``unanswered`` on expiry).
+    reason = models.TextField(null=True, blank=True)
+    # The runner acknowledged the verdict; until then ``session.open`` carries it.
+    runner_acked = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["turn", "call_id"], name="unique_approval_per_call")
+        ]
+        indexes = [
+            models.Index(fields=["session", "status", "created_at"], name="approval_session"),
+            models.Index(fields=["status", "expires_at"], name="approval_due"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.tool} ({self.status})"
+
+    @property
+    def response_id(self) -> str:
+        return self.turn_id
+
+    @property
+    def action(self) -> str | None:
+        """What the runner is told: ``accept``, ``decline`` or ``cancel`` (None: pending)."""
+        return VERDICT_ACTIONS.get(self.status)
+
+
+# The action a stored status stands for; an expired question is a ``cancel``.
+VERDICT_ACTIONS: dict[str, str] = {
+    Approval.Status.ACCEPTED: "accept",
+    Approval.Status.DECLINED: "decline",
+    Approval.Status.CANCELLED: "cancel",
+    Approval.Status.EXPIRED: "cancel",
+}
+
+
+class PolicyChange(models.Model):
+    """Audit of ``PUT .../policies``: who replaced a session's rules, when, from what."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="policy_changes")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    at = models.DateTimeField(auto_now_add=True)
+    old_rules = models.JSONField(default=list)
+    new_rules = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["session", "at"], name="policy_change_session")]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} rules changed at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class FileBlob(models.Model):
+    """The stored bytes of session files with this SHA-256 (``sessions/file_store.py``).
+
+    Bytes are kept once per hash however many session files (uploads, forks) share
+    them. The reference count is the number of ``SessionFile`` rows pointing here,
+    derived rather than stored so it cannot drift. Uploading and collecting lock this
+    row, so bytes are never removed while a new row comes to refer to them.
+    """
+
+    sha256 = models.CharField(primary_key=True, max_length=64)
+    bytes = models.PositiveBigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.sha256
+
+
+class SessionFile(models.Model):
+    """A file a person gave the session (files.md §1); its bytes are in ``blob``."""
+
+    id = models.CharField(primary_key=True, max_length=64, default=new_file_id, editable=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="files")
+    # PROTECT: a blob row goes only once no file refers to it (``files.collect_blobs``).
+    blob = models.ForeignKey(
+        FileBlob, on_delete=models.PROTECT, related_name="session_files", db_column="sha256"
+    )
+    name = models.CharField(max_length=255)
+    bytes = models.PositiveBigIntegerField()
+    content_type = models.CharField(max_length=128)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["session", "created_at"], name="session_file_created")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.id})"
+
+    @property
+    def sha256(self) -> str:
+        return str(self.blob_id)

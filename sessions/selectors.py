@@ -6,13 +6,14 @@ import functools
 
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.models import User as AuthUser
-from django.db.models import QuerySet
+from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 
 from omnigent_site.domain_errors import Forbidden, NotFound
 from omnigent_site.rawsql import quoted, row_by
 from omnigent_site.users import is_admin
 
-from .models import Agent, Item, Permission, Session, Turn
+from .models import Agent, Approval, Item, Permission, Session, Turn
 
 LEVEL_NAMES = {1: "read", 2: "edit", 3: "manage", 4: "owner"}
 
@@ -71,8 +72,42 @@ def session_for(
 
 
 def sessions_granted_to(*, user: AuthUser) -> QuerySet[Session]:
-    """Sessions where the user holds a direct grant (admins too: the list is personal)."""
-    return Session.objects.filter(grants__user=user).select_related("agent", "runner")
+    """Sessions where the user holds a direct grant (admins too: the list is personal),
+    each with ``pending_elicitations_count`` (one subquery, not a query per row)."""
+    return (
+        Session.objects.filter(grants__user=user)
+        .select_related("agent", "runner")
+        .annotate(pending_elicitations_count=pending_approval_count())
+    )
+
+
+def pending_approval_count() -> Coalesce:
+    """Annotation: how many questions of the session (``OuterRef("pk")``) are open."""
+    pending = (
+        Approval.objects.filter(session=OuterRef("pk"), status=Approval.Status.PENDING)
+        .order_by()
+        .values("session")
+        .annotate(count=Count("pk"))
+        .values("count")
+    )
+    return Coalesce(Subquery(pending, output_field=IntegerField()), 0)
+
+
+def pending_approvals(*, session_id: str) -> QuerySet[Approval]:
+    """The session's open questions, oldest first."""
+    return Approval.objects.filter(session_id=session_id, status=Approval.Status.PENDING).order_by(
+        "created_at", "id"
+    )
+
+
+def session_approvals(*, session: Session, status: str | None = None) -> QuerySet[Approval]:
+    """The session's approvals; ``status`` is ``pending``, ``resolved`` or None (all)."""
+    approvals = Approval.objects.filter(session=session).select_related("resolved_by")
+    if status == "pending":
+        return approvals.filter(status=Approval.Status.PENDING)
+    if status == "resolved":
+        return approvals.exclude(status=Approval.Status.PENDING)
+    return approvals
 
 
 def grant_levels(*, user: AuthUser, session_ids: list[str]) -> dict[str, int]:

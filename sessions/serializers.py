@@ -6,14 +6,19 @@ and documented from the same classes (docs/architecture.md, one definition per s
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from omnigent_site.json_input import UNSTORABLE_TEXT, has_unstorable_text
+from omnigent_site.json_input import (
+    UNSTORABLE_TEXT,
+    JsonTextError,
+    has_unstorable_text,
+    loads_json,
+)
+from omnigent_site.strict_fields import StrictCharField, StrictIntegerField
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
@@ -29,8 +34,17 @@ class StrictSerializer(serializers.Serializer):
         return super().to_internal_value(data)
 
 
+class StrictBooleanField(serializers.BooleanField):
+    """``true`` or ``false`` only: DRF's own also takes ``"yes"``, ``1`` and the like."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            raise serializers.ValidationError("must be true or false")
+        return data
+
+
 class LabelsField(serializers.DictField):
-    child = serializers.CharField(max_length=1024, allow_blank=True)
+    child = StrictCharField(max_length=1024, allow_blank=True)
 
     def to_internal_value(self, data: Any) -> dict[str, str]:
         value = super().to_internal_value(data)
@@ -47,13 +61,13 @@ class LabelsField(serializers.DictField):
 class SessionMetadataSerializer(StrictSerializer):
     """The ``metadata`` part of a multipart create."""
 
-    title = serializers.CharField(max_length=512, allow_null=True, allow_blank=True, required=False)
+    title = StrictCharField(max_length=512, allow_null=True, allow_blank=True, required=False)
     labels = LabelsField(required=False)
 
 
 class SessionCreateSerializer(StrictSerializer):
-    agent_id = serializers.CharField(max_length=64)
-    title = serializers.CharField(max_length=512, allow_null=True, allow_blank=True, required=False)
+    agent_id = StrictCharField(max_length=64)
+    title = StrictCharField(max_length=512, allow_null=True, allow_blank=True, required=False)
     labels = LabelsField(required=False)
     initial_items = serializers.ListField(
         child=serializers.DictField(), required=False, max_length=1000
@@ -61,16 +75,15 @@ class SessionCreateSerializer(StrictSerializer):
 
 
 class SessionUpdateSerializer(StrictSerializer):
-    runner_id = serializers.CharField(
-        max_length=64, allow_blank=True, allow_null=True, required=False
-    )
-    title = serializers.CharField(max_length=512, allow_null=True, allow_blank=True, required=False)
+    runner_id = StrictCharField(max_length=64, allow_blank=True, allow_null=True, required=False)
+    title = StrictCharField(max_length=512, allow_null=True, allow_blank=True, required=False)
     labels = LabelsField(required=False)
+    share_workspace_files = StrictBooleanField(required=False)
 
 
 class PermissionGrantSerializer(StrictSerializer):
-    user_id = serializers.CharField(max_length=150)
-    level = serializers.IntegerField()
+    user_id = StrictCharField(max_length=150)
+    level = StrictIntegerField()
 
     def validate_level(self, value: int) -> int:
         if not 1 <= value <= 3:
@@ -135,20 +148,15 @@ class ClientToolField(serializers.Field):
 
 
 class EventSerializer(serializers.Serializer):
-    type = serializers.CharField(max_length=64)
+    type = StrictCharField(max_length=64)
     # DRF's metaclass moves declared fields off the class, so ``.data`` stays the property.
     data = serializers.DictField(required=False, default=dict)  # type: ignore[assignment]
     tools = serializers.ListField(child=ClientToolField(), required=False, max_length=128)
 
 
 class FunctionCallOutputSerializer(serializers.Serializer):
-    call_id = serializers.CharField(max_length=256)
-    output = serializers.CharField(allow_blank=True, trim_whitespace=False)
-
-    def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, dict) and not isinstance(data.get("output"), str) and "output" in data:
-            raise serializers.ValidationError({"output": ["must be a string"]})
-        return super().to_internal_value(data)
+    call_id = StrictCharField(max_length=256)
+    output = StrictCharField(allow_blank=True, trim_whitespace=False)
 
 
 def parse_metadata_part(raw: Any) -> dict[str, Any]:
@@ -157,12 +165,12 @@ def parse_metadata_part(raw: Any) -> dict[str, Any]:
         return {}
     if hasattr(raw, "read"):
         raw = raw.read()
-    if isinstance(raw, bytes):
-        raw = raw.decode("utf-8", errors="replace")
+    if not isinstance(raw, str | bytes):
+        raise serializers.ValidationError({"metadata": ["must be a JSON text"]})
     try:
-        value = json.loads(raw)
-    except (TypeError, ValueError) as exc:
-        raise serializers.ValidationError({"metadata": [f"not valid JSON: {exc}"]}) from exc
+        value = loads_json(raw)
+    except JsonTextError as exc:
+        raise serializers.ValidationError({"metadata": [str(exc)]}) from None
     if not isinstance(value, dict):
         raise serializers.ValidationError({"metadata": ["must be a JSON object"]})
     serializer = SessionMetadataSerializer(data=value)
@@ -179,8 +187,65 @@ class BundleUploadForm(serializers.Serializer):
 class SessionUploadForm(BundleUploadForm):
     """The browsable API's form for ``POST /v1/sessions`` (multipart create)."""
 
-    metadata = serializers.CharField(
+    metadata = StrictCharField(
         required=False,
         help_text='optional JSON: {"title": …, "labels": {…}}',
         style={"base_template": "textarea.html", "rows": 3},
     )
+
+
+class ElicitationResolveSerializer(serializers.Serializer):
+    """``POST .../elicitations/{eid}/resolve``. ``action`` is checked by the service,
+    after the elicitation's session was authorised (approvals.md: 400 before 404)."""
+
+    action = StrictCharField(max_length=32, help_text="accept, decline or cancel")
+    content = serializers.DictField(
+        required=False, allow_null=True, help_text="form content (ignored: the schema is {})"
+    )
+    reason = StrictCharField(
+        max_length=2000, required=False, allow_null=True, allow_blank=True, trim_whitespace=False
+    )
+
+    # Strings, not coerced (http-api.md, Input strictness): ``"action": 1`` is a 400.
+    string_fields: tuple[str, ...] = ("action", "reason")
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name in self.string_fields:
+                value = data.get(name)
+                if value is not None and not isinstance(value, str):
+                    raise serializers.ValidationError({name: ["must be a string"]})
+            if has_unstorable_text(data.get("reason")):
+                raise serializers.ValidationError({"reason": [UNSTORABLE_TEXT]})
+        return super().to_internal_value(data)
+
+
+class ApprovalEventSerializer(ElicitationResolveSerializer):
+    """``data`` of ``POST .../events {"type": "approval"}``."""
+
+    elicitation_id = StrictCharField(max_length=64)
+    string_fields = ("action", "reason", "elicitation_id")
+
+
+class PolicyUpdateSerializer(serializers.Serializer):
+    """``PUT .../policies``: documents the body. The rules themselves are validated by
+    ``omnigent_runner.policies`` (``sessions.policies.replace_session_rules``), which
+    names each problem as ``rules.<index>.<field>``."""
+
+    rules = serializers.ListField(
+        child=serializers.DictField(),
+        help_text='the session\'s own rules: [{"name", "tools", "when"?, "action", '
+        '"reason"?, "ask_timeout"?}]',
+    )
+
+
+class ForkSerializer(serializers.Serializer):
+    """``POST /v1/sessions/{id}/fork`` (files.md §3); other keys are ignored."""
+
+    title = StrictCharField(max_length=512, allow_null=True, allow_blank=True, required=False)
+    up_to_response_id = StrictCharField(max_length=64, allow_null=True, required=False)
+
+    def validate_title(self, value: str | None) -> str | None:
+        if value is not None and has_unstorable_text(value):
+            raise serializers.ValidationError(UNSTORABLE_TEXT)
+        return value

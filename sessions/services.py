@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -14,7 +15,7 @@ from omnigent_site.ids import new_item_id
 from omnigent_site.json_input import UNSTORABLE_TEXT, has_unstorable_text
 from omnigent_site.users import get_or_create_user
 
-from . import blobs
+from . import blobs, files, updates
 from .eventlog import publish_session_end
 from .models import Agent, Item, Permission, Session
 
@@ -32,7 +33,7 @@ UNSET: Any = object()
 def parse_uploaded_bundle(*, data: bytes) -> Bundle:
     """Validate bundle bytes; a bad bundle is a 400 that says why."""
     try:
-        return parse_bundle(data)
+        return parse_bundle(data, max_yaml_bytes=settings.OMNIGENT_MAX_AGENT_YAML_BYTES)
     except BundleError as exc:
         raise InvalidInput(str(exc), field="bundle") from exc
 
@@ -179,6 +180,7 @@ def create_session(
                 for item in prepared
             ]
         )
+        updates.announce_session(session_id=session.id, kind=updates.ADDED)
     return session
 
 
@@ -202,15 +204,26 @@ def create_session_from_bundle(
         raise
 
 
-def update_session(*, session: Session, title: Any = UNSET, labels: Any = UNSET) -> Session:
+def update_session(
+    *,
+    session: Session,
+    title: Any = UNSET,
+    labels: Any = UNSET,
+    share_workspace_files: Any = UNSET,
+) -> Session:
     fields = ["updated_at"]
+    if share_workspace_files is not UNSET:
+        session.share_workspace_files = bool(share_workspace_files)
+        fields.append("share_workspace_files")
     if title is not UNSET:
         session.title = title
         fields.append("title")
     if labels is not UNSET:
         session.labels = labels
         fields.append("labels")
-    session.save(update_fields=fields)
+    with transaction.atomic():
+        session.save(update_fields=fields)
+        updates.announce_session(session_id=session.id)
     return session
 
 
@@ -218,8 +231,11 @@ def delete_session(*, session: Session) -> None:
     """Delete the session and everything it owns; watchers' streams end."""
     session_id = session.id
     agent = session.agent
+    file_hashes = files.session_blob_hashes(session=session)
     with transaction.atomic():
+        watchers = updates.grantees(session_id=session_id)
         session.delete()
+        updates.announce_removed(session_id=session_id, user_pks=watchers)
         if agent.kind == Agent.Kind.SESSION and not agent.sessions.exists():
             agent.delete()
         elif agent.deleted_at is not None and not agent.sessions.exists():
@@ -229,6 +245,8 @@ def delete_session(*, session: Session) -> None:
         )
     if not Agent.objects.filter(pk=agent.pk).exists():
         _forget_blob_unless_used(agent.bundle_sha256)
+    # The session's files went with it; their bytes go unless another session uses them.
+    files.collect_blobs(file_hashes)
 
 
 # --- grants ---------------------------------------------------------------------
@@ -247,9 +265,11 @@ def grant_permission(*, session: Session, actor: AuthUser, user_id: str, level: 
             raise Forbidden("the owner's permission cannot be changed")
         if grant is None:
             grant = Permission.objects.create(session=session, user=target, level=level)
+            updates.announce_session(session_id=session.id, kind=updates.ADDED, only=target.pk)
         else:
             grant.level = level
             grant.save(update_fields=["level"])
+            updates.announce_session(session_id=session.id, only=target.pk)
     return grant
 
 
@@ -259,4 +279,6 @@ def revoke_permission(*, session: Session, user_id: str) -> None:
         raise NotFound(f"user {user_id!r} has no permission on this session")
     if grant.level == Permission.Level.OWNER:
         raise Forbidden("the owner cannot be revoked or leave the session")
-    grant.delete()
+    with transaction.atomic():
+        grant.delete()
+        updates.announce_removed(session_id=session.id, user_pks=[grant.user_id])

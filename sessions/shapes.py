@@ -20,7 +20,8 @@ from typing_extensions import Doc, TypedDict
 from omnigent_site.shapes import CursorPage, ErrorInfo, allows_extra_keys
 from omnigent_site.timeutil import unix
 
-from .models import Agent, Item, Permission, Session, Turn
+from .approval_shapes import ElicitationRequestEvent, pending_elicitations
+from .models import Agent, Approval, Item, Permission, Session, SessionFile, Turn
 
 UnixTime = Annotated[int, Doc("Unix seconds")]
 OptionalUnixTime = Annotated[int | None, Doc("Unix seconds")]
@@ -137,15 +138,27 @@ class SessionRowOut(TypedDict):
     ]
     active_response_id: str | None
     permission_level: Annotated[int, Doc("the caller's level: 1 read, 2 edit, 3 manage, 4 owner")]
+    pending_elicitations_count: Annotated[int, Doc("questions waiting for a person's verdict")]
+    share_workspace_files: Annotated[
+        bool, Doc("read users may browse and search the workspace (else reads need edit)")
+    ]
 
 
 class SessionOut(SessionRowOut):
     """The session snapshot (``GET``/``PATCH /v1/sessions/{id}``, JSON create)."""
 
     items: list[ItemOut]
+    pending_elicitations: Annotated[
+        list[ElicitationRequestEvent],
+        Doc("the open questions' request payloads, oldest first (approvals.md)"),
+    ]
 
 
-def session_row(session: Session, *, level: int) -> SessionRowOut:
+def session_row(session: Session, *, level: int, pending_count: int | None = None) -> SessionRowOut:
+    """``pending_count`` defaults to the ``pending_elicitations_count`` annotation of
+    ``selectors.sessions_granted_to`` (0 without it)."""
+    if pending_count is None:
+        pending_count = int(getattr(session, "pending_elicitations_count", 0) or 0)
     runner = session.runner
     return {
         "id": session.id,
@@ -162,11 +175,21 @@ def session_row(session: Session, *, level: int) -> SessionRowOut:
         "last_task_error": session.last_task_error,
         "active_response_id": session.active_response_id,
         "permission_level": level,
+        "pending_elicitations_count": pending_count,
+        "share_workspace_files": session.share_workspace_files,
     }
 
 
-def session_body(session: Session, *, level: int, items: Iterable[Item]) -> SessionOut:
-    return {**session_row(session, level=level), "items": nested_items(items)}
+def session_body(
+    session: Session, *, level: int, items: Iterable[Item], pending: Iterable[Approval] = ()
+) -> SessionOut:
+    """``pending``: the session's open questions, oldest first."""
+    requests = pending_elicitations(pending)
+    return {
+        **session_row(session, level=level, pending_count=len(requests)),
+        "items": nested_items(items),
+        "pending_elicitations": requests,
+    }
 
 
 class SessionPage(CursorPage[SessionRowOut]):
@@ -300,3 +323,83 @@ class MeOut(TypedDict):
 
 def me_body(*, user_id: str, is_admin: bool) -> MeOut:
     return {"user_id": user_id, "is_admin": is_admin}
+
+
+# --- session-list updates (GET /v1/sessions/updates) ----------------------------------
+
+
+class SessionRowEvent(TypedDict):
+    """``session.added`` / ``session.updated``: the row as ``GET /v1/sessions`` lists it."""
+
+    type: Literal["session.added", "session.updated"]
+    session: SessionRowOut
+
+
+class SessionRemovedEvent(TypedDict):
+    """``session.removed``: the session left the user's list (deleted or access revoked)."""
+
+    type: Literal["session.removed"]
+    session_id: str
+
+
+def session_row_event(
+    kind: Literal["session.added", "session.updated"], session: Session, *, level: int
+) -> SessionRowEvent:
+    return {"type": kind, "session": session_row(session, level=level)}
+
+
+def session_removed_event(session_id: str) -> SessionRemovedEvent:
+    return {"type": "session.removed", "session_id": session_id}
+
+
+# --- session files (files.md §1) --------------------------------------------------------
+
+
+class SessionFileMetadata(TypedDict):
+    filename: str
+    bytes: int
+    content_type: Annotated[str, Doc("decided by the server from the bytes and the name")]
+    sha256: Annotated[str, Doc("hex SHA-256 of the bytes (also the download's ETag)")]
+    created_at: UnixTime
+
+
+class SessionFileOut(TypedDict):
+    """A file a person gave the session; the agent reads it through message blocks."""
+
+    id: str
+    object: Literal["session.resource"]
+    type: Literal["file"]
+    session_id: str
+    name: str
+    metadata: SessionFileMetadata
+
+
+def session_file_body(file: SessionFile) -> SessionFileOut:
+    return {
+        "id": file.id,
+        "object": "session.resource",
+        "type": "file",
+        "session_id": file.session_id,
+        "name": file.name,
+        "metadata": {
+            "filename": file.name,
+            "bytes": file.bytes,
+            "content_type": file.content_type,
+            "sha256": file.sha256,
+            "created_at": unix_seconds(file.created_at),
+        },
+    }
+
+
+class SessionFilePage(CursorPage[SessionFileOut]):
+    """A page of a session's files."""
+
+
+class SessionFileDeletedOut(TypedDict):
+    id: str
+    object: Literal["session.resource.deleted"]
+    deleted: bool
+
+
+def session_file_deleted_body(file_id: str) -> SessionFileDeletedOut:
+    return {"id": file_id, "object": "session.resource.deleted", "deleted": True}

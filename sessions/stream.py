@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -20,6 +21,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from omnigent_site.domain_errors import InvalidInput
 from omnigent_site.runtime.flow import WriteWatch
 from omnigent_site.runtime.shutdown import stopping
 
@@ -65,11 +67,35 @@ def frame(payload: dict[str, Any], *, seq: int | None = None) -> bytes:
     return sse_frame(payload, seq=seq).encode("utf-8")
 
 
+# A resume point is an event id: 1 to 19 ASCII digits, at most the largest int64.
+_RESUME_POINT = re.compile(r"[0-9]{1,19}")
+_MAX_RESUME_POINT = 2**63 - 1
+# How the views document ``after`` and ``Last-Event-ID`` (OpenAPI schema).
+RESUME_POINT_SCHEMA: dict[str, Any] = {
+    "type": "integer",
+    "minimum": 0,
+    "maximum": _MAX_RESUME_POINT,
+}
+
+
 def parse_resume_point(header: str | None, query: str | None) -> int | None:
-    """``Last-Event-ID`` wins over ``?after=``; anything not a whole number is ignored."""
-    for raw in (header, query):
-        if raw is not None and raw.strip().isdigit():
-            return int(raw.strip())
+    """The event id to resume after: ``Last-Event-ID`` wins over ``?after=``.
+
+    Absent or blank means "no resume point" (live events only); anything else that is
+    not an event id (a sign, a non-ASCII digit such as ``²``, 5,000 digits, a byte that
+    is not ASCII) is refused with 400 rather than guessed at (http-api.md, Input
+    strictness). ``str.isdigit`` and ``int`` alone accepted ``²`` and failed on long
+    numbers with a 500. The refused value is never echoed.
+    """
+    for name, raw in (("Last-Event-ID", header), ("after", query)):
+        if raw is None or not raw.strip(" \t"):
+            continue
+        value = raw.strip(" \t")
+        if not _RESUME_POINT.fullmatch(value) or int(value) > _MAX_RESUME_POINT:
+            raise InvalidInput(
+                "must be an event id: a whole number of 1 to 19 ASCII digits", field=name
+            )
+        return int(value)
     return None
 
 

@@ -14,26 +14,44 @@ from rest_framework.request import Request
 
 from omnigent_site.runtime.flow import SCOPE_KEY
 from omnigent_site.schema import error_responses
+from omnigent_site.stream_slots import SlotStreamingResponse, claim_stream_slot
 
 from .permissions import SessionAccess, SessionScopedMixin
-from .stream import SessionStream, parse_resume_point
+from .stream import RESUME_POINT_SCHEMA, SessionStream, parse_resume_point
 
-# The body is not JSON: a stream of ``id:``/``event:``/``data:`` frames. OpenAPI 3.0 has no
-# schema for event streams, so the frame format and the event types are described here.
-EVENT_STREAM = {
-    "type": "string",
-    "description": (
-        "Frames `id: <seq>\\nevent: <type>\\ndata: <json>\\n\\n`; the JSON carries `type`. "
-        "First a `session.heartbeat`, then stored events after the resume point, then live "
-        "events; a heartbeat every 15 s while idle; `data: [DONE]` when the session is "
-        "deleted or the server shuts down. Event types: `session.status`, "
-        "`session.input.consumed`, `response.created`, `response.in_progress`, "
-        "`response.completed`, `response.failed`, `response.cancelled` (their `response` has "
-        "the fields of `ResponseOut` with `model` in place of `completed_at`), "
-        "`response.output_text.delta`, `response.output_item.done`, "
-        "`session.changed_files.invalidated`, `session.resync`."
-    ),
-}
+
+def sse_event_schema(description: str) -> dict[str, Any]:
+    """The schema of one Server-Sent Event, read as its fields (``event``, ``id``,
+    ``data``): OpenAPI 3.0 has no schema for a whole stream, so under
+    ``text/event-stream`` the schema describes each event (what schemathesis validates
+    every frame it reads against); the event types are in ``description``."""
+    return {
+        "type": "object",
+        "description": description,
+        "required": ["data"],
+        "additionalProperties": False,
+        "properties": {
+            "event": {"type": "string", "description": "the event type (`type` in `data`)"},
+            "id": {"type": "string", "pattern": "^[0-9]+$", "description": "the resume point"},
+            "data": {"type": "string", "description": "the event as JSON, or `[DONE]`"},
+            "retry": {"type": "integer"},
+        },
+    }
+
+
+# The body is not JSON: a stream of ``id:``/``event:``/``data:`` frames. The frame format
+# and the event types are described here.
+EVENT_STREAM = sse_event_schema(
+    "Frames `id: <seq>\\nevent: <type>\\ndata: <json>\\n\\n`; the JSON carries `type`. "
+    "First a `session.heartbeat`, then stored events after the resume point, then live "
+    "events; a heartbeat every 15 s while idle; `data: [DONE]` when the session is "
+    "deleted or the server shuts down. Event types: `session.status`, "
+    "`session.input.consumed`, `response.created`, `response.in_progress`, "
+    "`response.completed`, `response.failed`, `response.cancelled` (their `response` has "
+    "the fields of `ResponseOut` with `model` in place of `completed_at`), "
+    "`response.output_text.delta`, `response.output_item.done`, "
+    "`session.changed_files.invalidated`, `session.resync`."
+)
 
 
 class EventStreamRenderer(BaseRenderer):
@@ -56,9 +74,16 @@ class SessionStreamView(SessionScopedMixin, AsyncAPIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("after", int, description="resume after this event id"),
             OpenApiParameter(
-                "Last-Event-ID", int, location=OpenApiParameter.HEADER, description="resume point"
+                "after",
+                RESUME_POINT_SCHEMA,
+                description="resume after this event id (1 to 19 ASCII digits; else 400)",
+            ),
+            OpenApiParameter(
+                "Last-Event-ID",
+                RESUME_POINT_SCHEMA,
+                location=OpenApiParameter.HEADER,
+                description="resume point (wins over `after`)",
             ),
             OpenApiParameter(
                 "Cache-Control",
@@ -80,7 +105,7 @@ class SessionStreamView(SessionScopedMixin, AsyncAPIView):
                 EVENT_STREAM,
                 description="Server-Sent Events of the session (http-api.md, Stream).",
             ),
-            **error_responses(401, 404),
+            **error_responses(400, 401, 404, 429),
         },
     )
     async def get(self, request: Request, session_id: str) -> StreamingHttpResponse:
@@ -89,7 +114,10 @@ class SessionStreamView(SessionScopedMixin, AsyncAPIView):
         )
         scope = getattr(request._request, "scope", {}) or {}
         stream = SessionStream(session_id=session_id, after=after, watch=scope.get(SCOPE_KEY))
-        response = StreamingHttpResponse(stream, content_type="text/event-stream")
+        # Last before the response: nothing may raise between taking the slot and the
+        # response that gives it back.
+        slot = claim_stream_slot(request.user)
+        response = SlotStreamingResponse(stream, slot=slot, content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"
         return response

@@ -1,12 +1,18 @@
 from django.urls import path
 
-from . import stream_views, views
+from . import approval_views, file_views, stream_views, updates_views, views
 
 urlpatterns = [
     path("me", views.MeView.as_view(), name="me"),
     path("agents", views.AgentListView.as_view(), name="agent-list"),
     path("agents/<str:agent_id>", views.AgentDetailView.as_view(), name="agent-detail"),
     path("sessions", views.SessionListView.as_view(), name="session-list"),
+    # Before any ``sessions/<session_id>`` route (runners.urls holds the detail view).
+    path(
+        "sessions/updates",
+        updates_views.SessionUpdatesView.as_view(),
+        name="session-updates",
+    ),
     path("sessions/<str:session_id>/items", views.SessionItemsView.as_view(), name="session-items"),
     path("sessions/<str:session_id>/agent", views.SessionAgentView.as_view(), name="session-agent"),
     path(
@@ -23,6 +29,34 @@ urlpatterns = [
         "sessions/<str:session_id>/responses/<str:response_id>",
         views.ResponseDetailView.as_view(),
         name="session-response",
+    ),
+    path(
+        "sessions/<str:session_id>/resources/files",
+        file_views.SessionFileListView.as_view(),
+        name="session-files",
+    ),
+    path(
+        "sessions/<str:session_id>/resources/files/<str:file_id>",
+        file_views.SessionFileDetailView.as_view(),
+        name="session-file",
+    ),
+    path(
+        "sessions/<str:session_id>/resources/files/<str:file_id>/content",
+        file_views.SessionFileContentView.as_view(),
+        name="session-file-content",
+    ),
+    path(
+        "sessions/<str:session_id>/fork", file_views.SessionForkView.as_view(), name="session-fork"
+    ),
+    path(
+        "sessions/<str:session_id>/elicitations",
+        approval_views.ElicitationListView.as_view(),
+        name="session-elicitations",
+    ),
+    path(
+        "sessions/<str:session_id>/elicitations/<str:elicitation_id>",
+        approval_views.ElicitationDetailView.as_view(),
+        name="session-elicitation",
     ),
     path(
         "sessions/<str:session_id>/permissions",

@@ -17,6 +17,9 @@ SIGTERM/SIGINT. See the "Mock LLM server" section of the agents spec for the con
 from __future__ import annotations
 
 import argparse
+import base64
+import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -62,6 +65,9 @@ class Reply:
     error_message: str = ""
     stream_words: bool = False
     delay_s: float = 0.0
+    # Answer with the tool outputs the request carries (see ``tool_outputs``), after
+    # ``text`` if that is set: tests read back exactly what the model was given.
+    echo_tool_output: bool = False
 
     @classmethod
     def from_entry(cls, entry: Any) -> Reply:
@@ -84,6 +90,15 @@ class Reply:
         if text is not None and not isinstance(text, str):
             raise ValueError("'text' must be a string")
         calls = tuple(_parse_tool_call(raw) for raw in entry.get("tool_calls") or [])
+        echo = entry.get("echo_tool_output", False)
+        if not isinstance(echo, bool):
+            raise ValueError("'echo_tool_output' must be true or false")
+        if echo:
+            if calls:
+                raise ValueError("'echo_tool_output' answers with text; it takes no tool_calls")
+            return cls(
+                text=text or "", echo_tool_output=True, stream_words=stream_words, delay_s=delay_s
+            )
         if text is None and not calls:
             # An entry that only sets timing (e.g. {"delay_s": 1}) still needs a body.
             text = DEFAULT_TEXT
@@ -102,6 +117,18 @@ def _parse_tool_call(raw: Any) -> ToolCall:
 
 
 DEFAULT_REPLY = Reply(text=DEFAULT_TEXT)
+
+
+def tool_then_echo(
+    name: str, arguments: dict[str, Any] | str, *, call_id: str = "call_echo", prefix: str = ""
+) -> list[JsonDict]:
+    """A two-entry script: call ``name``, then answer with the tool output the model was
+    given (``prefix`` first). Configure it like any script, e.g. with a ``match`` token,
+    to assert what the model saw after a tool ran, was denied or was declined."""
+    return [
+        {"tool_calls": [{"call_id": call_id, "name": name, "arguments": arguments}]},
+        {"echo_tool_output": True, "text": prefix},
+    ]
 
 
 def describe_reply(reply: Reply) -> str:
@@ -166,8 +193,9 @@ class ScriptStore:
             self._requests.clear()
 
     def record(self, path: str, body: Any, headers: dict[str, str]) -> None:
+        entry = {"path": path, "body": body, "headers": headers, "files": files_received(body)}
         with self._lock:
-            self._requests.append({"path": path, "body": body, "headers": headers})
+            self._requests.append(entry)
 
     @property
     def requests(self) -> list[JsonDict]:
@@ -199,6 +227,58 @@ class ScriptStore:
 # --------------------------------------------------------------------------- request helpers
 
 
+def _decode_data_uri(uri: Any) -> tuple[str, bytes] | None:
+    if not isinstance(uri, str) or not uri.startswith("data:") or "," not in uri:
+        return None
+    head, data = uri[5:].split(",", 1)
+    try:
+        raw = base64.b64decode(data) if head.endswith(";base64") else data.encode()
+    except ValueError:
+        return None
+    return head.split(";", 1)[0], raw
+
+
+def files_received(body: Any) -> list[JsonDict]:
+    """The images and files a request carried, for tests to check what the model got.
+
+    Responses API: ``input_image`` (``image_url``) and ``input_file`` (``file_data``)
+    parts; Chat Completions: ``image_url`` and ``file`` parts. Each as ``{"part",
+    "filename", "media_type", "bytes", "sha256"}`` (``filename`` None for images).
+    """
+    if not isinstance(body, dict):
+        return []
+    messages = body.get("input") if "input" in body else body.get("messages")
+    found: list[JsonDict] = []
+    for message in messages if isinstance(messages, list) else []:
+        content = message.get("content") if isinstance(message, dict) else None
+        for part in content if isinstance(content, list) else []:
+            if not isinstance(part, dict):
+                continue
+            kind, filename, uri = part.get("type"), None, None
+            if kind == "input_image":
+                uri = part.get("image_url")
+            elif kind == "input_file":
+                uri, filename = part.get("file_data"), part.get("filename")
+            elif kind == "image_url" and isinstance(part.get("image_url"), dict):
+                uri = part["image_url"].get("url")
+            elif kind == "file" and isinstance(part.get("file"), dict):
+                uri, filename = part["file"].get("file_data"), part["file"].get("filename")
+            decoded = _decode_data_uri(uri)
+            if decoded is None:
+                continue
+            media_type, raw = decoded
+            found.append(
+                {
+                    "part": kind,
+                    "filename": filename,
+                    "media_type": media_type,
+                    "bytes": len(raw),
+                    "sha256": hashlib.sha256(raw).hexdigest(),
+                }
+            )
+    return found
+
+
 def _new_id(prefix: str) -> str:
     return f"{prefix}_{uuid.uuid4().hex[:24]}"
 
@@ -227,6 +307,28 @@ def _last_user_text(items: Any) -> str:
         if isinstance(item, dict) and item.get("role") == "user":
             return _text_of_content(item.get("content"))
     return ""
+
+
+def tool_outputs(path: str, body: JsonDict) -> list[str]:
+    """The tool outputs at the end of the request, in order: the results of the calls
+    the model made in its previous answer (Responses ``function_call_output`` items,
+    Chat ``tool`` messages; the calls between them are skipped)."""
+    chat = path == "/v1/chat/completions"
+    items = body.get("messages") if chat else body.get("input")
+    outputs: list[str] = []
+    for item in reversed(items if isinstance(items, list) else []):
+        if not isinstance(item, dict):
+            break
+        if chat and item.get("role") == "tool":
+            value = item.get("content")
+        elif not chat and item.get("type") == "function_call_output":
+            value = item.get("output")
+        elif not chat and item.get("type") == "function_call":
+            continue
+        else:
+            break
+        outputs.append(value if isinstance(value, str) else json.dumps(value))
+    return outputs[::-1]
 
 
 def user_text_for(path: str, body: JsonDict) -> str:
@@ -682,6 +784,9 @@ class _Handler(BaseHTTPRequestHandler):
             raise _BadRequest("Request body must be a JSON object")
         model = body.get("model") if isinstance(body.get("model"), str) else None
         reply = self.server.store.next_reply(user_text=user_text_for(self.route, body), model=model)
+        if reply.echo_tool_output:
+            echoed = "\n".join(tool_outputs(self.route, body))
+            reply = dataclasses.replace(reply, text=(reply.text or "") + echoed)
         if reply.delay_s > 0:
             time.sleep(reply.delay_s)
         if reply.error_status is not None:

@@ -63,6 +63,14 @@ def base_env(**extra: str) -> dict[str, str]:
     }
     env["PYTHONPATH"] = str(REPO)
     env["PYTHONUNBUFFERED"] = "1"
+    # Test and benchmark servers speak plain HTTP on loopback: with DJANGO_DEBUG=0 the
+    # production default would redirect every request to HTTPS (deployment.md, HTTPS).
+    env["DJANGO_SECURE_SSL_REDIRECT"] = "0"
+    # Tests and benchmarks send far more requests and open far more streams per user
+    # than a client should: the client limits are tested in-process instead.
+    env["OMNIGENT_THROTTLE_USER_RATE"] = "0"
+    env["OMNIGENT_THROTTLE_RUNNER_RATE"] = "0"
+    env["OMNIGENT_MAX_STREAMS_PER_USER"] = "0"
     env.update(extra)
     return env
 
@@ -172,7 +180,11 @@ def start_server(
             raise RuntimeError(f"{name} exited: {process.log()[-2000:]}")
         return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
 
-    wait_until(healthy, deadline_s=START_DEADLINE_S, what=f"{name} to answer /health")
+    try:
+        wait_until(healthy, deadline_s=START_DEADLINE_S, what=f"{name} to answer /health")
+    except TimeoutError as exc:
+        # The fixture that started it never sees the process: say what it printed.
+        raise TimeoutError(f"{exc}; its log ends with:\n{process.log()[-2000:]}") from None
     return Server(url=url, process=process, env=env)
 
 

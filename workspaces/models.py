@@ -6,6 +6,10 @@ from django.db import models
 
 
 class FileChange(models.Model):
+    class Attribution(models.TextChoices):
+        AGENT = "agent"
+        USER = "user"
+
     class Status(models.TextChoices):
         CREATED = "created"
         MODIFIED = "modified"
@@ -25,6 +29,11 @@ class FileChange(models.Model):
     before = models.TextField(null=True, blank=True)
     after = models.TextField(null=True, blank=True)
     changed_at = models.DateTimeField(auto_now=True)
+    # Who made the path's latest change: the agent, or a person through the workspace
+    # API (files.md §2). Recorded for the server's own use; not in the compat listing.
+    attribution = models.CharField(
+        max_length=16, choices=Attribution.choices, default=Attribution.AGENT
+    )
 
     class Meta:
         constraints = [

@@ -1,4 +1,5 @@
-"""Input checks of the changes and diff endpoints: the environment and the path of the URL.
+"""Input checks of the workspace endpoints: the environment and path of the URL, the
+bodies of a write and an edit, and the query parameters of reads and search.
 
 What the endpoints return is in ``shapes.py``.
 """
@@ -6,7 +7,9 @@ What the endpoints return is in ``shapes.py``.
 from __future__ import annotations
 
 import posixpath
+from typing import Any
 
+from rest_framework import serializers
 from rest_framework.exceptions import NotFound, ValidationError
 
 ENVIRONMENTS = {"default"}
@@ -26,3 +29,64 @@ def check_relative_path(path: str) -> str:
     if ".." in path.replace("\\", "/").split("/"):
         raise ValidationError({"path": ["the path must not contain '..'"]})
     return path
+
+
+# --- the workspace through the server (files.md §2) ---------------------------------------
+
+
+class StrictCharField(serializers.CharField):
+    """A string, never a number or boolean turned into one (http-api.md, Input strictness)."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            raise serializers.ValidationError("must be a string")
+        return str(super().to_internal_value(data))
+
+
+class StrictBoolField(serializers.BooleanField):
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            raise serializers.ValidationError("must be true or false")
+        return data
+
+
+class WorkspaceWriteSerializer(serializers.Serializer):
+    """``PUT …/filesystem/{path}``: the file's whole new content."""
+
+    content = StrictCharField(allow_blank=True, trim_whitespace=False)
+    encoding = serializers.ChoiceField(choices=["utf-8", "base64"], default="utf-8")
+    create_parents = StrictBoolField(default=False)
+
+
+class WorkspaceEditSerializer(serializers.Serializer):
+    """``PATCH …/filesystem/{path}``: an exact-text replacement (``sys_os_edit``'s rules)."""
+
+    old_text = StrictCharField(trim_whitespace=False)
+    new_text = StrictCharField(allow_blank=True, trim_whitespace=False)
+    replace_all = StrictBoolField(default=False)
+
+
+def query_flag(query: Any, name: str) -> bool:
+    """A boolean query parameter: ``1``/``true``/``yes`` or ``0``/``false``/``no``."""
+    raw = query.get(name)
+    if raw in (None, ""):
+        return False
+    value = str(raw).lower()
+    if value in ("1", "true", "yes"):
+        return True
+    if value in ("0", "false", "no"):
+        return False
+    raise ValidationError({name: ["must be true or false"]})
+
+
+def query_limit(query: Any, *, maximum: int) -> int | None:
+    raw = query.get("limit")
+    if raw in (None, ""):
+        return None
+    try:
+        value = int(str(raw))
+    except ValueError:
+        raise ValidationError({"limit": [f"must be an integer, got {raw!r}"]}) from None
+    if not 1 <= value <= maximum:
+        raise ValidationError({"limit": [f"must be between 1 and {maximum}"]})
+    return value

@@ -31,6 +31,9 @@ def _clean_entry(raw: Any) -> dict[str, Any]:
         if key in raw:
             value = raw[key]
             entry[key] = value if isinstance(value, str) else None
+    # Who made the latest change; an entry without it keeps the stored attribution.
+    if raw.get("attribution") in FileChange.Attribution.values:
+        entry["attribution"] = raw["attribution"]
     return entry
 
 

@@ -15,12 +15,13 @@ holds for any future caller (and is tested as such).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from . import sys_os
-from .changes import ChangeTracker, Status, diff_line_counts, make_entry
+from .changes import Attribution, ChangeTracker, R, Status, diff_line_counts, make_entry
 from .fsutil import FileState, PathError, file_state, read_text_capped, resolve_in_root
 
 Op = Literal["created", "modified", "deleted"]
@@ -117,13 +118,13 @@ class AgentEditTracker(ChangeTracker):
         record = self._records.get(path)
         return None if record is None else NET_STATUS[(record.first, record.last)]
 
-    def entry(self, path: str) -> dict[str, Any]:
+    def entry(self, path: str, attribution: Attribution = "agent") -> dict[str, Any]:
         """The full entry of a recorded path, from its record and the file as it is now."""
         record = self._records[path]
         status = NET_STATUS[(record.first, record.last)]
         if status == "none":
             entry = make_entry(path, status, FileState(exists=False), None, None)
-            entry.update(before=None, after=None)
+            entry.update(before=None, after=None, attribution=attribution)
             return entry
         state = file_state(self.root / path) if status != "deleted" else FileState(False)
         after = read_text_capped(self.root / path) if state.exists else None
@@ -134,7 +135,7 @@ class AgentEditTracker(ChangeTracker):
         else:
             added, removed = diff_line_counts(before_side, after_side)
         entry = make_entry(path, status, state, added, removed)
-        entry.update(before=record.baseline_text, after=after)
+        entry.update(before=record.baseline_text, after=after, attribution=attribution)
         return entry
 
     def _capture(self, path: Any) -> _Baseline | None:
@@ -171,3 +172,43 @@ class AgentEditTracker(ChangeTracker):
     async def turn_end(self) -> dict[str, Any] | None:
         """Nothing to do: every change was reported when it happened."""
         return None
+
+    async def user_change(
+        self, paths: list[str], action: Callable[[], R]
+    ) -> tuple[R, dict[str, Any] | None]:
+        """Record a person's write, edit or delete like the agent's, attributed ``user``.
+
+        Under the same lock as the agent's tools, so the baseline captured is the
+        content the action replaced. A directory in ``paths`` must already be expanded
+        to its files by the caller (this mode records files only).
+        """
+        async with self._lock:
+            baselines = await asyncio.to_thread(self._capture_many, paths)
+            result = await asyncio.to_thread(action)
+            entries = await asyncio.to_thread(self._user_entries, baselines)
+        return result, (self.payload(entries) if entries else None)
+
+    def _capture_many(self, paths: list[str]) -> dict[str, _Baseline]:
+        return {
+            rel: _Baseline(
+                state.exists, read_text_capped(self.root / rel) if state.exists else None
+            )
+            for rel in paths
+            for state in [file_state(self.root / rel)]
+        }
+
+    def _user_entries(self, baselines: dict[str, _Baseline]) -> list[dict[str, Any]]:
+        entries = []
+        for rel, baseline in baselines.items():
+            exists = file_state(self.root / rel).exists
+            if not baseline.existed and not exists:
+                continue
+            op: Op = (
+                "modified" if baseline.existed and exists else "created" if exists else "deleted"
+            )
+            recorded = self.record(
+                rel, op, baseline_existed=baseline.existed, baseline_text=baseline.text
+            )
+            if recorded is not None:
+                entries.append(self.entry(recorded, "user"))
+        return entries

@@ -19,20 +19,26 @@ with each entry::
 sides of the diff endpoint (text up to 1 MiB, else None). An entry **without** the
 ``before``/``after`` keys tells the server to keep what it stored for that path (git
 mode uses this to avoid resending unchanged content). Status ``none`` means the path
-has no net change any more and the server drops it.
+has no net change any more and the server drops it. ``attribution`` (``agent`` or
+``user``: who made the path's latest change; :meth:`ChangeTracker.user_change` records
+a person's) comes with every entry that changed; an entry without it keeps the stored
+attribution.
 """
 
 from __future__ import annotations
 
 import abc
 import difflib
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from .fsutil import FileState
 
 Mode = Literal["git", "agent_edit"]
 Status = Literal["created", "modified", "deleted", "none"]
+Attribution = Literal["agent", "user"]
+R = TypeVar("R")
 
 ENVIRONMENT_ID = "default"
 
@@ -56,6 +62,19 @@ class ChangeTracker(abc.ABC):
     @abc.abstractmethod
     async def turn_end(self) -> dict[str, Any] | None:
         """The payload to emit when a turn ends, or None."""
+
+    @abc.abstractmethod
+    async def user_change(
+        self, paths: list[str], action: Callable[[], R]
+    ) -> tuple[R, dict[str, Any] | None]:
+        """Run ``action`` (blocking; in a thread) that writes or deletes ``paths``.
+
+        A change a person makes through the server's workspace API (files.md §2): it
+        enters the change set like the agent's own, its entries attributed ``user``.
+        ``paths`` are root-relative; a directory stands for everything under it.
+        Returns the action's result and the payload to emit, or None. The action's
+        exception propagates (nothing is recorded then).
+        """
 
     def payload(self, entries: list[dict[str, Any]]) -> dict[str, Any]:
         return {"environment_id": ENVIRONMENT_ID, "mode": self.mode, "entries": entries}
@@ -99,3 +118,8 @@ def diff_line_counts(before: str, after: str) -> tuple[int, int]:
         if tag in ("replace", "insert"):
             added += j2 - j1
     return added, removed
+
+
+def touches(rel: str, paths: Iterable[str]) -> bool:
+    """Whether ``rel`` is one of ``paths`` or lies under one of them."""
+    return any(rel == path or rel.startswith(path + "/") or path == "." for path in paths)

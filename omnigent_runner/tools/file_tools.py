@@ -143,6 +143,45 @@ def _count_matches(text: str, needle: str) -> int:
     return count
 
 
+def editable_text(target: Path, path: str) -> str:
+    """The UTF-8 text of a file about to be edited (binary and non-UTF-8 files refuse)."""
+    try:
+        data = target.read_bytes()
+    except OSError as exc:
+        raise ToolError(f"Cannot read '{path}': {exc.strerror or exc}") from exc
+    if b"\x00" in data:
+        raise ToolError(f"'{path}' is a binary file and cannot be edited")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolError(f"'{path}' is not UTF-8 text and cannot be edited") from exc
+
+
+def apply_edits(
+    text: str, pairs: list[tuple[str, str]], *, single: bool, replace_all: bool = False
+) -> str:
+    """``text`` with each (old, new) replacement applied in order, or :class:`ToolError`.
+
+    Each ``old`` must occur exactly once in the text as it is at that point; with
+    ``replace_all`` (the workspace API's option) every occurrence is replaced and at
+    least one is needed. Shared by ``sys_os_edit`` and ``PATCH …/filesystem/{path}``.
+    """
+    for number, (old, new) in enumerate(pairs, start=1):
+        matches = _count_matches(text, old)
+        label = "oldText" if single else f"oldText #{number}"
+        if replace_all and matches >= 1:
+            text = text.replace(old, new)
+            continue
+        if matches != 1:
+            raise ToolError(
+                f"{label} matched {matches} times; it must match "
+                + ("at least once" if replace_all else "exactly once")
+                + (" (no changes were made)" if not single else "")
+            )
+        text = text.replace(old, new, 1)
+    return text
+
+
 def edit_file(root: Path, args: dict[str, Any]) -> dict[str, Any]:
     """Apply exact-text replacements, all or nothing.
 
@@ -153,28 +192,7 @@ def edit_file(root: Path, args: dict[str, Any]) -> dict[str, Any]:
     path = require_str(args, "path", allow_empty=False)
     pairs = _edit_list(args)
     target, rel = _existing_file(root, path)
-    try:
-        data = target.read_bytes()
-    except OSError as exc:
-        raise ToolError(f"Cannot read '{path}': {exc.strerror or exc}") from exc
-    if b"\x00" in data:
-        raise ToolError(f"'{path}' is a binary file and cannot be edited")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ToolError(f"'{path}' is not UTF-8 text and cannot be edited") from exc
-
-    single = args.get("edits") is None
-    for number, (old, new) in enumerate(pairs, start=1):
-        matches = _count_matches(text, old)
-        if matches != 1:
-            label = "oldText" if single else f"oldText #{number}"
-            raise ToolError(
-                f"{label} matched {matches} times; it must match exactly once"
-                + (" (no changes were made)" if not single else "")
-            )
-        text = text.replace(old, new, 1)
-
+    text = apply_edits(editable_text(target, path), pairs, single=args.get("edits") is None)
     out = text.encode("utf-8")
     try:
         atomic_write(target, out)

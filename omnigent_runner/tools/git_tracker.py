@@ -21,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import sys_os
-from .changes import ChangeTracker, Status, make_entry
+from .changes import ChangeTracker, R, Status, make_entry, touches
 from .fsutil import MAX_TEXT_BYTES, count_file_lines, decode_text, file_state, read_text_capped
 from .git_parse import (
     EXCLUDE_PATHSPECS,
@@ -80,33 +81,59 @@ class GitTracker(ChangeTracker):
     async def turn_end(self) -> dict[str, Any] | None:
         return await self._payload_or_none()
 
-    async def _payload_or_none(self) -> dict[str, Any] | None:
+    async def user_change(
+        self, paths: list[str], action: Callable[[], R]
+    ) -> tuple[R, dict[str, Any] | None]:
+        """Run a person's change, then snapshot: what changed under ``paths`` is ``user``'s.
+
+        Both under the snapshot lock, so an agent's snapshot cannot come in between and
+        report the person's change as the agent's.
+        """
+        async with self._lock:
+            result = await asyncio.to_thread(action)
+            return result, await self._payload_or_none(user_paths=paths, locked=True)
+
+    async def _payload_or_none(
+        self, user_paths: list[str] | None = None, *, locked: bool = False
+    ) -> dict[str, Any] | None:
         """A snapshot within the deadline; tracking trouble is logged, never raised."""
         try:
             async with asyncio.timeout(GIT_DEADLINE):
-                return await self.snapshot()
+                if locked:
+                    return await self._snapshot(user_paths or [])
+                return await self.snapshot(user_paths=user_paths)
         except TimeoutError:
             logger.warning("git change tracking in %s took over %ss", self.root, GIT_DEADLINE)
         except (GitError, OSError) as exc:
             logger.warning("git change tracking in %s failed: %s", self.root, exc)
         return None
 
-    async def snapshot(self) -> dict[str, Any] | None:
-        """The payload for the current working tree, or None if unchanged since the last."""
+    async def snapshot(self, user_paths: list[str] | None = None) -> dict[str, Any] | None:
+        """The payload for the current working tree, or None if unchanged since the last.
+
+        Entries that changed since the last snapshot are attributed ``user`` when they
+        lie under ``user_paths`` (a person's change through the server), else ``agent``.
+        """
         async with self._lock:
-            if self._prefix is None:
-                self._prefix = (await self._git("rev-parse", "--show-prefix")).decode().strip()
-            head = await self._head()
-            changes = await self._changes(head)
-            entries, fingerprints, wanted = await asyncio.to_thread(self._local, changes, head)
-            if fingerprints == self._sent:
-                return None
-            if wanted and head is not None:
-                blobs = await self._head_texts(wanted)
-                for entry in entries:
-                    if entry["path"] in wanted:
-                        entry["before"] = blobs.get(entry["path"])
-            self._sent = fingerprints
+            return await self._snapshot(user_paths or [])
+
+    async def _snapshot(self, user_paths: list[str]) -> dict[str, Any] | None:
+        """:meth:`snapshot` for a caller that holds the lock."""
+        if self._prefix is None:
+            self._prefix = (await self._git("rev-parse", "--show-prefix")).decode().strip()
+        head = await self._head()
+        changes = await self._changes(head)
+        entries, fingerprints, wanted = await asyncio.to_thread(
+            self._local, changes, head, user_paths
+        )
+        if fingerprints == self._sent:
+            return None
+        if wanted and head is not None:
+            blobs = await self._head_texts(wanted)
+            for entry in entries:
+                if entry["path"] in wanted:
+                    entry["before"] = blobs.get(entry["path"])
+        self._sent = fingerprints
         return self.payload(entries)
 
     async def _head(self) -> str | None:
@@ -139,7 +166,7 @@ class GitTracker(ChangeTracker):
         return sorted(changes, key=lambda c: c.rel)
 
     def _local(
-        self, changes: list[_Change], head: str | None
+        self, changes: list[_Change], head: str | None, user_paths: list[str]
     ) -> tuple[list[dict[str, Any]], dict[str, _Fingerprint], dict[str, str]]:
         """Blocking part (runs in a thread): file states, line counts and ``after`` texts.
 
@@ -162,6 +189,7 @@ class GitTracker(ChangeTracker):
             if self._sent.get(change.rel) != fingerprint:
                 entry["before"] = None
                 entry["after"] = read_text_capped(path) if state.exists else None
+                entry["attribution"] = "user" if touches(change.rel, user_paths) else "agent"
                 if change.status != "created":
                     wanted[change.rel] = change.baseline
             entries.append(entry)

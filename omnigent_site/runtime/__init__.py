@@ -24,6 +24,8 @@ breaks a test, not production.
   all of it when ``omnigent_site/asgi.py`` builds the application, so a bare
   ``daphne omnigent_site.asgi:application`` behaves exactly like
   ``python -m omnigent_site.serve``.
+- ``body_limit``: ``limit_request_body``, where apps register paths whose request
+  bodies are refused with 413 while they arrive, before Twisted stores them.
 - ``background``: ``on_serve``, where apps register process-wide loops (the
   runners app's stale-runner sweep) without ``omnigent_site`` importing them.
 - ``channel_layer``: the embedded (in-memory) and scale-out (Redis) channel layers,
@@ -36,5 +38,6 @@ Apps never import these internals except through the small surface below and
 from __future__ import annotations
 
 from omnigent_site.runtime.background import on_serve
+from omnigent_site.runtime.body_limit import limit_request_body
 
-__all__ = ["on_serve"]
+__all__ = ["limit_request_body", "on_serve"]

@@ -188,6 +188,26 @@ class PooledThreadsASGIHandler(ASGIHandler):
             _request_thread.reset(token)
             executor.close()
 
+    def load_middleware(self, is_async: bool = False) -> None:
+        """Django's chain from ``settings.MIDDLEWARE``, with the inline-hooks equivalent
+        of each stock class (``middleware.py``).
+
+        Django builds the chain from the setting, which names the stock classes so that
+        its system checks see them; for the length of this call (once, when the handler
+        is made) the setting reads the equivalents instead. The guard test checks that
+        ``BaseHandler.load_middleware`` still takes the classes from the setting.
+        """
+        # Imported here: the middleware classes need the app registry, which is ready
+        # only once the handler is made (``get_pooled_asgi_application``).
+        from omnigent_site.runtime.middleware import with_inline_equivalents
+
+        stock = settings.MIDDLEWARE
+        settings.MIDDLEWARE = with_inline_equivalents(list(stock))
+        try:
+            super().load_middleware(is_async)
+        finally:
+            settings.MIDDLEWARE = stock
+
     async def send_response(self, response: HttpResponseBase, send: Any) -> None:
         if response.streaming:
             request_thread = _request_thread.get(None)

@@ -16,6 +16,13 @@ against 8.2 ms. No leaner ``MIDDLEWARE`` gives the same: the admin and the brows
 API need sessions, authentication, messages and CSRF, and the security, common
 and frame-options middleware set the API's response headers.
 
+``settings.MIDDLEWARE`` names Django's own classes, so that Django's system checks
+(``check --deploy``: security, CSRF and frame-options middleware, HSTS, SSL redirect,
+secure cookies) see the real middleware; ``PooledThreadsASGIHandler`` (``handler.py``)
+builds its chain with each one's equivalent from ``INLINE_EQUIVALENTS`` instead. Other
+handlers (Django's test clients, WSGI) run the stock classes, which behave the same
+apart from the thread hops.
+
 This copies the shape of ``MiddlewareMixin.__acall__`` and relies on the audited
 hooks touching no database (with ``CSRF_USE_SESSIONS`` off). The guard test
 (``tests/unit/test_runtime_guards.py``) fingerprints those Django functions, so a
@@ -101,3 +108,23 @@ class InlineMessageMiddleware(InlineHooksMixin, MessageMiddleware):
 
 class InlineXFrameOptionsMiddleware(InlineHooksMixin, XFrameOptionsMiddleware):
     pass
+
+
+# Django's class (as ``settings.MIDDLEWARE`` names it) -> the class the server runs.
+INLINE_EQUIVALENTS: dict[str, str] = {
+    f"{stock.__module__}.{stock.__name__}": f"{inline.__module__}.{inline.__name__}"
+    for stock, inline in (
+        (SecurityMiddleware, InlineSecurityMiddleware),
+        (SessionMiddleware, InlineSessionMiddleware),
+        (CommonMiddleware, InlineCommonMiddleware),
+        (CsrfViewMiddleware, InlineCsrfViewMiddleware),
+        (AuthenticationMiddleware, InlineAuthenticationMiddleware),
+        (MessageMiddleware, InlineMessageMiddleware),
+        (XFrameOptionsMiddleware, InlineXFrameOptionsMiddleware),
+    )
+}
+
+
+def with_inline_equivalents(paths: list[str]) -> list[str]:
+    """``paths`` with every Django class that has an inline equivalent replaced by it."""
+    return [INLINE_EQUIVALENTS.get(path, path) for path in paths]

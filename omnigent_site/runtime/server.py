@@ -14,6 +14,8 @@ omnigent_site.asgi:application``, so everything here applies to both:
   line is kept; one smaller than ``OMNIGENT_MAX_FRAME_BYTES`` is logged as a warning
   at start.
 - **No form parsing by Twisted** (``skip_twisted_form_parsing``).
+- **Request bodies over a registered path's limit** refused while they arrive
+  (``runtime.body_limit``).
 - **Startup objects frozen** out of the garbage collector's full passes once the
   reactor runs (``freeze_startup_objects``).
 - **Background tasks** registered with ``runtime.on_serve`` start on daphne's event
@@ -42,7 +44,7 @@ from typing import Any
 
 from django.conf import settings
 
-from omnigent_site.runtime import background, shutdown
+from omnigent_site.runtime import background, body_limit, shutdown
 from omnigent_site.runtime.flow import WriteWatchMiddleware
 
 log = logging.getLogger(__name__)
@@ -63,6 +65,7 @@ def prepare_process() -> None:
         return
     _prepared = True
     skip_twisted_form_parsing()
+    body_limit.install()
     raise_websocket_frame_limit(settings.OMNIGENT_MAX_FRAME_BYTES)
     reactor = installed_reactor()
     if reactor is None:

@@ -1,6 +1,6 @@
 """Workspace sharing with read users (issue 12)."""
 
-from django.db import migrations
+from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
@@ -8,4 +8,10 @@ class Migration(migrations.Migration):
         ("agent_sessions", "0004_session_files"),
     ]
 
-    operations: list[migrations.operations.base.Operation] = []
+    operations: list[migrations.operations.base.Operation] = [
+        migrations.AddField(
+            model_name="session",
+            name="share_workspace_files",
+            field=models.BooleanField(default=False),
+        ),
+    ]

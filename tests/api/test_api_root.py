@@ -8,10 +8,10 @@ from rest_framework.test import APIClient
 pytestmark = pytest.mark.django_db
 
 
-def test_root_redirects_to_the_api_root() -> None:
+def test_root_is_the_web_page_and_asks_for_a_sign_in() -> None:
     response = APIClient().get("/")
     assert response.status_code == 302
-    assert response["Location"] == "/v1/"
+    assert response["Location"] == "/signin?next=%2F"
 
 
 def test_api_root_links_the_entry_points() -> None:

@@ -15,6 +15,7 @@ CASES = [
     (domain_errors.Forbidden("needs edit access"), 403, "forbidden"),
     (domain_errors.Conflict("already exists"), 409, "conflict"),
     (domain_errors.PayloadTooLarge("too big"), 413, "payload_too_large"),
+    (domain_errors.UnsupportedMediaType("not a PNG"), 415, "unsupported_media_type"),
     (domain_errors.RunnerUnavailable("offline"), 503, "runner_unavailable"),
     (domain_errors.AgentUnavailable("bundle missing"), 500, "internal_error"),
 ]

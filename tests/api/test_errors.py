@@ -164,7 +164,8 @@ def test_unstorable_event_text_is_400_not_503(client_for, create_session, raw) -
     response = client_for(ALICE).post(
         f"/v1/sessions/{session_id}/events", raw, content_type="application/json"
     )
-    assert_error(response, 400, "invalid_input", mentions="NUL")
+    # A lone surrogate is refused while parsing, by name (omnigent_runner/json_text.py).
+    assert_error(response, 400, "invalid_input", mentions="surrogate" if "\\ud" in raw else "NUL")
     assert Item.objects.count() == 0
 
 

@@ -32,13 +32,17 @@ from django.utils import timezone
 from jsonschema import Draft202012Validator
 from rest_framework.test import APIClient
 
+from omnigent_site.stream_slots import stream_slots
 from omnigent_site.users import get_or_create_user
 from runners.models import Runner
 from sessions.models import Item, Session, Turn
 from sessions.shapes import ItemHeader
 from workspaces.services import apply_workspace_changes
 
+from .conformance_approvals import exercise_approvals
+from .conformance_files import exercise_fork, exercise_session_files
 from .conftest import ALICE, BOB, CAROL, upload
+from .workspace_conformance import exercise_workspace
 
 pytestmark = pytest.mark.django_db
 
@@ -101,6 +105,9 @@ class Conformance:
         if not content:
             return [f"{where}: a body, documented without one"] if response.content else []
         media = response.get("Content-Type", "").split(";")[0].strip()
+        if media not in content:
+            # A documented range (``*/*``, ``image/*``) covers the media types in it.
+            media = next((r for r in ("*/*", media.split("/")[0] + "/*") if r in content), media)
         if media not in content:
             return [f"{where}: media type {media!r} not documented ({sorted(content)})"]
         if media != "application/json":
@@ -446,6 +453,24 @@ def exercise_events_and_stream(
     # database's connection). Nothing has started: the event source starts when iterated.
     stream = alice("get", STREAM, headers={"HTTP_LAST_EVENT_ID": "0"}, session_id=session_id)
     assert stream.status_code == 200 and stream.streaming
+    # The session-list updates stream, the same way.
+    updates = alice("get", "/v1/sessions/updates")
+    assert updates.status_code == 200 and updates.streaming
+    assert anon("get", "/v1/sessions/updates").status_code == 401
+    # An unknown ``?format=`` is DRF's 404 (found by the schemathesis run, tests/fuzz).
+    unknown_format = alice("get", "/v1/sessions/updates", query="?format=nope")
+    assert unknown_format.status_code == 404
+    bad_resume = alice("get", "/v1/sessions/updates", headers={"HTTP_LAST_EVENT_ID": "x1"})
+    assert bad_resume.status_code == 400
+    # Past the open-stream bound, both streams are 429 (tests/consumers/test_stream_limit_asgi.py).
+    with override_settings(OMNIGENT_MAX_STREAMS_PER_USER=1):
+        held = stream_slots.try_acquire(str(get_or_create_user(ALICE).pk), limit=1)
+        assert held is not None
+        try:
+            assert alice("get", STREAM, session_id=session_id).status_code == 429
+            assert alice("get", "/v1/sessions/updates").status_code == 429
+        finally:
+            held.release()
 
 
 def exercise_changes(alice: Caller, anon: Caller, session_id: str) -> None:
@@ -520,6 +545,54 @@ def exercise_large_bodies(alice: Caller, template: str, session_id: str) -> None
     assert [r.status_code for r in statuses] == [413] * 5
 
 
+def exercise_hostile_input(alice: Caller, template: str, session_id: str) -> None:
+    """Deep nesting, lone surrogates, wrong JSON types, malformed resume points: 400s in
+    the error format (http-api.md, Input strictness)."""
+    deep = "[" * 65 + "]" * 65
+    raw = "application/json"
+    events = SESSION + "/events"
+    statuses = [
+        alice(
+            "post",
+            "/v1/sessions",
+            f'{{"agent_id": "{template}", "title": {deep}}}',
+            content_type=raw,
+        ),
+        alice(
+            "patch",
+            SESSION,
+            f'{{"labels": {{"\\ud800": {deep}}}}}',
+            content_type=raw,
+            session_id=session_id,
+        ),
+        alice(
+            "put",
+            SESSION + "/permissions",
+            f'{{"user_id": {deep}, "level": 1}}',
+            content_type=raw,
+            session_id=session_id,
+        ),
+        alice(
+            "post",
+            events,
+            '{"type": "message", "data": {"content": "\\udfff"}}',
+            content_type=raw,
+            session_id=session_id,
+        ),
+        alice("post", "/v1/runners", f'{{"name": {deep}}}', content_type=raw),
+        alice("post", "/v1/runners", {"name": 0}),
+        alice(
+            "post",
+            events,
+            {"type": "function_call_output", "data": {"call_id": 5, "output": "x"}},
+            session_id=session_id,
+        ),
+        alice("get", STREAM, headers={"HTTP_LAST_EVENT_ID": "9" * 5000}, session_id=session_id),
+        alice("get", STREAM, query="?after=%C2%B2", session_id=session_id),
+    ]
+    assert [r.status_code for r in statuses] == [400] * 9
+
+
 def exercise_deletes_and_identity(
     alice: Caller, bob: Caller, anon: Caller, session_id: str
 ) -> None:
@@ -535,6 +608,41 @@ def exercise_deletes_and_identity(
     assert [r.status_code for r in statuses] == [200, 401, 200, 403, 401, 200, 404]
 
 
+def exercise_rate_limits(alice: Caller, conformance: Conformance, session_id: str) -> None:
+    """Past the per-user rate, every authenticated operation answers 429.
+
+    DRF checks the throttle after the permission (a session the caller may see) and
+    before the view looks at other ids or bodies, so placeholders do for those.
+    """
+    from django.conf import settings
+    from django.core.cache import caches
+
+    pending = sorted(
+        (path, method)
+        for path, method, status in conformance.documented() - conformance.seen
+        if status == "429"
+    )
+    assert pending, "the user rate documents a 429 on the authenticated operations"
+    caches["throttle"].clear()
+    with override_settings(OMNIGENT_THROTTLE_USER_RATE="1/hour"):
+        assert settings.OMNIGENT_THROTTLE_USER_RATE == "1/hour"
+        alice("get", "/v1/sessions")  # uses up the hour's one request
+        for path, method in pending:
+            params = {name: "placeholder" for name in _path_parameters(path)}
+            if "session_id" in params:
+                params["session_id"] = session_id
+            response = alice(method, path, **params)
+            assert response.status_code == 429, (method, path, response.status_code)
+            assert int(response["Retry-After"]) >= 1
+    caches["throttle"].clear()
+
+
+def _path_parameters(template: str) -> list[str]:
+    import string
+
+    return [name for _, name, _, _ in string.Formatter().parse(template) if name]
+
+
 def test_every_response_matches_its_documented_schema(
     caller: Callable[[str | None], Caller], conformance: Conformance, make_bundle: Any
 ) -> None:
@@ -545,10 +653,16 @@ def test_every_response_matches_its_documented_schema(
     exercise_responses(alice, bob, anon, session_id)
     exercise_permissions(alice, bob, carol, anon, session_id)
     exercise_events_and_stream(alice, bob, anon, session_id, other)
+    exercise_approvals(alice, bob, anon, session_id)
     exercise_changes(alice, anon, session_id)
+    exercise_workspace(alice, bob, anon, template)
     exercise_runners(alice, bob, anon)
     exercise_large_bodies(alice, template, session_id)
+    exercise_hostile_input(alice, template, session_id)
+    exercise_session_files(alice, bob, anon, session_id)
+    exercise_fork(alice, anon, session_id)
     exercise_deletes_and_identity(alice, bob, anon, session_id)
+    exercise_rate_limits(alice, conformance, other)
 
     assert conformance.problems == [], "\n".join(conformance.problems)
     missing = conformance.documented() - conformance.seen - set(NOT_PRODUCED)

@@ -123,7 +123,10 @@ def test_the_runtime_applies_however_the_server_starts(
     assert int(line["frozen"]) > 10_000
     assert line["formless"] == "True"
     assert (int(line["message"]), int(line["frame"])) == (16 * MIB, 16 * MIB)
-    assert line["tasks"].strip() == "runners.upkeep.sweep_stale_runners_forever"
+    assert line["tasks"].strip() == (
+        "runners.upkeep.sweep_stale_runners_forever, "
+        "runners.verdicts.sweep_expired_approvals_forever"
+    )
     assert "below OMNIGENT_MAX_FRAME_BYTES" not in server.process.log()
 
     # A runner's answer in one 2 MiB frame: over daphne's own 1 MiB limit.

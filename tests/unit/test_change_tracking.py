@@ -34,6 +34,7 @@ ENTRY_KEYS = {
     "lines_removed",
     "before",
     "after",
+    "attribution",  # who made the latest change: "agent" here (user: the workspace API)
 }
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCTION_APPS = ("omnigent_site", "omnigent_runner", "sessions", "runners", "workspaces")
+PRODUCTION_APPS = ("omnigent_site", "omnigent_runner", "sessions", "runners", "workspaces", "web")
 FORBIDDEN = ("testing", "tests")
 ROOT_PACKAGES = (*PRODUCTION_APPS, "testing")
 

@@ -12,12 +12,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from testing.mockllm import DEFAULT_TEXT, MockLLMServer, split_words
+from testing.mockllm import DEFAULT_TEXT, MockLLMServer, split_words, tool_then_echo
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -330,6 +331,75 @@ def test_configure_over_http(server: MockLLMServer, client: openai.OpenAI) -> No
     assert client.responses.create(model=MODEL, input="hi").output_text == "via http"
     assert server.requests[-1]["path"] == "/v1/responses"
     assert all(r["path"].startswith("/v1/") for r in server.requests)
+
+
+# --------------------------------------------------------------------------- echo scripts
+
+
+def test_echo_responses_reads_the_outputs_after_the_calls(
+    server: MockLLMServer, client: openai.OpenAI
+) -> None:
+    server.configure(
+        tool_then_echo("get_weather", {"city": "Paris"}, call_id="call_w", prefix="saw: "),
+        match="ECHO",
+    )
+    first = client.responses.create(model=MODEL, input="ECHO please")
+    (call,) = first.output
+    assert (call.type, call.call_id, call.name) == ("function_call", "call_w", "get_weather")
+    assert json.loads(call.arguments) == {"city": "Paris"}
+    conversation = [
+        {"role": "user", "content": "ECHO please"},
+        {"type": "function_call", "call_id": "call_w", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_w", "output": '{"error": "no"}'},
+        {"type": "function_call", "call_id": "call_2", "name": "other", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_2", "output": "sunny"},
+    ]
+    events = list(client.responses.create(model=MODEL, input=conversation, stream=True))
+    assert events[-1].response.output_text == 'saw: {"error": "no"}\nsunny'
+
+
+def test_echo_chat_reads_tool_messages(server: MockLLMServer, client: openai.OpenAI) -> None:
+    server.configure(tool_then_echo("get_weather", '{"city": "Rome"}'))
+    first = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "hi"}]
+    )
+    (tool_call,) = first.choices[0].message.tool_calls or []
+    assert tool_call.id == "call_echo" and tool_call.function.arguments == '{"city": "Rome"}'
+    messages: list[Any] = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call.model_dump()]},
+        {"role": "tool", "tool_call_id": "call_echo", "content": "declined by bob: no reason"},
+    ]
+    second = client.chat.completions.create(model=MODEL, messages=messages)
+    assert second.choices[0].message.content == "declined by bob: no reason"
+
+
+def test_echo_without_tool_outputs_answers_the_prefix_only(
+    server: MockLLMServer, client: openai.OpenAI
+) -> None:
+    server.configure([{"echo_tool_output": True, "text": "nothing: "}, {"echo_tool_output": True}])
+    assert client.responses.create(model=MODEL, input="hi").output_text == "nothing: "
+    # The last item is a user message, so earlier tool outputs are not "the" outputs.
+    conversation = [
+        {"type": "function_call_output", "call_id": "c", "output": "old"},
+        {"role": "user", "content": "again"},
+    ]
+    assert client.responses.create(model=MODEL, input=conversation).output_text == ""
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"echo_tool_output": "yes"},
+        {"echo_tool_output": True, "tool_calls": [CALL]},
+    ],
+)
+def test_bad_echo_entries_are_refused(server: MockLLMServer, entry: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        server.configure([entry])
+    base = server.base_url.removesuffix("/v1")
+    with httpx.Client(base_url=base) as http:
+        assert http.post("/mock/configure", json={"responses": [entry]}).status_code == 400
 
 
 def test_models_endpoint(client: openai.OpenAI) -> None:

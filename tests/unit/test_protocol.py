@@ -33,7 +33,11 @@ RULE = p.PolicyRule(
     ask_timeout=60.0,
 )
 VERDICT = p.Verdict(
-    elicitation_id="elicit_1", response_id="resp_1", call_id="call_1", action="accept"
+    elicitation_id="elicit_1",
+    response_id="resp_1",
+    call_id="call_1",
+    action="accept",
+    resolved_by="alice",
 )
 
 # Every frame on the tunnel, by wire type, with a builder that sets every field.
@@ -85,6 +89,7 @@ FRAMES: dict[str, Callable[[], p.Frame]] = {
         call_id="call_1",
         action="decline",
         reason="not now",
+        resolved_by="alice",
     ),
     # replies
     "ack": lambda: p.Ack(id="cmd-1-1"),
@@ -144,7 +149,7 @@ CHANNEL_MESSAGES: dict[str, Callable[[], p.ChannelMessage]] = {
         reply_channel="specific.abc!def",
     ),
     "tunnel.reply": lambda: p.TunnelReply(
-        ok=False, error=p.ErrorInfo(code="tunnel_closed", message="closing")
+        ok=False, error=p.ErrorInfo(code="tunnel_closed", message="closing"), status=503
     ),
     "tunnel.replaced": p.TunnelReplaced,
     "tunnel.revoked": p.TunnelRevoked,
@@ -228,6 +233,14 @@ def test_optional_event_fields_are_left_out_and_defaults_are_filled_in() -> None
     }
     ok = p.RpcResult(id="c", ok=True, result=[1])
     assert p.to_builtins(ok) == {"type": "rpc.result", "id": "c", "ok": True, "result": [1]}
+    # An rpc error may name the HTTP status to answer with (workspace.*, files.md §2).
+    failed = p.RpcResult(
+        id="c", ok=False, error=p.ErrorInfo(code="not_found", message="x"), status=404
+    )
+    assert p.to_builtins(failed)["status"] == 404
+    assert p.decode_runner_frame(p.encode(failed)) == failed
+    with pytest.raises(p.ProtocolError):
+        p.decode_runner_frame('{"type": "rpc.result", "id": "c", "ok": false, "status": 200}')
     # Commands always carry their lists, empty or not (the runner reads them).
     start = p.TurnStart(id="c", session_id="s", response_id="r")
     assert p.to_builtins(start)["input"] == [] and p.to_builtins(start)["tools"] == []

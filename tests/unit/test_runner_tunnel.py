@@ -25,7 +25,7 @@ from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION
 from omnigent_runner.config import RunnerConfig
 from omnigent_runner.executor import CommandRejected, EventSink
 from omnigent_runner.identity import derive_runner_id
-from omnigent_runner.protocol import AgentRef
+from omnigent_runner.protocol import AgentRef, PolicyRule, Verdict
 from omnigent_runner.tunnel import TOKEN_HEADER, RunnerTunnel
 
 pytestmark = pytest.mark.timeout(30)
@@ -80,6 +80,12 @@ class RecordingExecutor:
 
     async def tool_result(self, *, session_id: str, call_id: str, output: str) -> None:
         await self._record("tool_result", session_id=session_id, call_id=call_id, output=output)
+
+    async def update_policies(self, *, session_id: str, rules: list[PolicyRule]) -> None:
+        await self._record("update_policies", session_id=session_id, rules=rules)
+
+    async def approval_verdict(self, *, session_id: str, verdict: Verdict) -> None:
+        await self._record("approval_verdict", session_id=session_id, verdict=verdict)
 
     async def interrupt(self, *, session_id: str) -> None:
         await self._record("interrupt", session_id=session_id)
@@ -249,6 +255,20 @@ async def test_commands_are_dispatched_and_acked_in_order(
     await handshake(ws)
     agent = {"id": "agent_1", "version": 2, "bundle_b64": "UEsDBA=="}
     history = [{"type": "message", "role": "user", "content": "hi"}]
+    rule: dict[str, Any] = {
+        "name": "ask",
+        "tools": ["sys_os_*"],
+        "action": "ask",
+        "ask_timeout": 60.0,
+    }
+    verdict: dict[str, Any] = {
+        "elicitation_id": "elicit_1",
+        "response_id": "resp_0",
+        "call_id": "call_0",
+        "action": "decline",
+        "reason": "no",
+        "resolved_by": "alice",
+    }
     commands = [
         {
             "type": "session.open",
@@ -256,6 +276,8 @@ async def test_commands_are_dispatched_and_acked_in_order(
             "session_id": "s1",
             "agent": agent,
             "history": history,
+            "policies": [rule],
+            "verdicts": [verdict],
         },
         {
             "type": "turn.start",
@@ -273,7 +295,17 @@ async def test_commands_are_dispatched_and_acked_in_order(
             "output": "42",
         },
         {"type": "turn.interrupt", "id": "c4", "session_id": "s1"},
-        {"type": "session.close", "id": "c5", "session_id": "s1"},
+        {"type": "policy.update", "id": "c5", "session_id": "s1", "rules": []},
+        {
+            "type": "approval.verdict",
+            "id": "c6",
+            "session_id": "s1",
+            "elicitation_id": "elicit_2",
+            "response_id": "resp_1",
+            "call_id": "call_1",
+            "action": "accept",
+        },
+        {"type": "session.close", "id": "c7", "session_id": "s1"},
     ]
     for command in commands:
         await send_frame(ws, command)
@@ -284,6 +316,8 @@ async def test_commands_are_dispatched_and_acked_in_order(
             "open_session",
             {"session_id": "s1", "agent": AgentRef(**agent), "history": history},
         ),
+        ("update_policies", {"session_id": "s1", "rules": [PolicyRule(**rule)]}),
+        ("approval_verdict", {"session_id": "s1", "verdict": Verdict(**verdict)}),
         (
             "start_turn",
             {
@@ -295,6 +329,19 @@ async def test_commands_are_dispatched_and_acked_in_order(
         ),
         ("tool_result", {"session_id": "s1", "call_id": "call_1", "output": "42"}),
         ("interrupt", {"session_id": "s1"}),
+        ("update_policies", {"session_id": "s1", "rules": []}),
+        (
+            "approval_verdict",
+            {
+                "session_id": "s1",
+                "verdict": Verdict(
+                    elicitation_id="elicit_2",
+                    response_id="resp_1",
+                    call_id="call_1",
+                    action="accept",
+                ),
+            },
+        ),
         ("close_session", {"session_id": "s1"}),
     ]
 
@@ -328,7 +375,7 @@ async def test_rejected_and_failing_commands_are_nacked(
     await round_trip(ws)  # the tunnel is still serving
 
 
-async def test_unknown_unsupported_and_invalid_commands_are_nacked_with_a_clear_code(
+async def test_unknown_and_invalid_commands_are_nacked_with_a_clear_code(
     server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
 ) -> None:
     """docs/protocol.md: a command this runner cannot run is answered at once, never
@@ -342,11 +389,11 @@ async def test_unknown_unsupported_and_invalid_commands_are_nacked_with_a_clear_
     assert nack["type"] == "nack" and nack["id"] == "u1", nack
     assert nack["error"]["code"] == "unknown_command"
     assert "workspace.snapshot" in nack["error"]["message"]
-    # A command the protocol defines that this runner does not run yet.
-    rule = {"name": "ask_on_os_tools", "tools": ["sys_os_*"], "action": "ask"}
+    # A known command whose rule is not a rule (an unknown action).
+    rule = {"name": "ask_on_os_tools", "tools": ["sys_os_*"], "action": "maybe"}
     await send_frame(ws, {"type": "policy.update", "id": "u2", "session_id": "s1", "rules": [rule]})
     nack = await recv_frame(ws)
-    assert (nack["id"], nack["error"]["code"]) == ("u2", "unsupported_command"), nack
+    assert (nack["id"], nack["error"]["code"]) == ("u2", "invalid_command"), nack
     # A known command with a field of the wrong type.
     await send_frame(ws, {"type": "turn.start", "id": "u3", "session_id": "s1", "response_id": 5})
     nack = await recv_frame(ws)
@@ -676,3 +723,38 @@ async def test_cli_runs_the_tunnel_and_stops_cleanly_on_sigterm(
     assert RUNNER_ID in stderr
     assert "executor shut down" in stderr
     assert TOKEN not in stderr
+
+
+async def test_an_rpc_error_carries_its_http_status_and_a_slow_rpc_holds_nothing_up(
+    server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
+) -> None:
+    """workspace.* rpc (files.md §2): the status reaches the server; a search that takes
+    seconds runs beside the receive loop, so a ping behind it is answered first."""
+    release = asyncio.Event()
+    answered = executor.rpc
+
+    async def rpc(*, method: str, params: dict[str, Any]) -> Any:
+        if method == "workspace.search":
+            await release.wait()
+            return {"object": "list", "data": [], "truncated": False}
+        if method == "workspace.read":
+            raise CommandRejected("not_found", "'x' not found", status=404)
+        return await answered(method=method, params=params)
+
+    executor.rpc = rpc  # type: ignore[method-assign]
+    await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws)
+    await send_frame(ws, {"type": "rpc", "id": "s1", "method": "workspace.search", "params": {}})
+    await round_trip(ws, ts=7)  # answered while the search waits
+    await send_frame(ws, {"type": "rpc", "id": "r1", "method": "workspace.read", "params": {}})
+    assert await recv_frame(ws) == {
+        "type": "rpc.result",
+        "id": "r1",
+        "ok": False,
+        "error": {"code": "not_found", "message": "'x' not found"},
+        "status": 404,
+    }
+    release.set()
+    result = await recv_frame(ws)
+    assert (result["id"], result["ok"], result["result"]["truncated"]) == ("s1", True, False)

@@ -34,18 +34,21 @@ from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
 from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.base import BaseHandler
 from django.http import HttpRequest, HttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
 from django.middleware.csrf import CsrfViewMiddleware
 from django.middleware.security import SecurityMiddleware
 from django.utils.deprecation import MiddlewareMixin
+from django.utils.module_loading import import_string
 from twisted.internet import defer
 from twisted.web import http
 from twisted.web.test.requesthelper import DummyChannel
 
 from omnigent_site.runtime import background, flow, middleware, server, shutdown
 from omnigent_site.runtime.channel_layer import EmbeddedChannelLayer
+from omnigent_site.runtime.handler import PooledThreadsASGIHandler
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -174,9 +177,78 @@ def test_guard_each_inline_class_has_exactly_the_audited_hooks() -> None:
     hooks = ("process_request", "process_view", "process_response", "process_exception")
     for cls, expected in INLINE_CLASSES.items():
         assert tuple(hook for hook in hooks if hasattr(cls, hook)) == expected, cls
-    assert [path.rsplit(".", 1)[-1] for path in settings.MIDDLEWARE] == [
+    # settings.MIDDLEWARE names Django's classes (for its system checks); each of them
+    # has its inline equivalent, in order. ErrorFormatMiddleware (omnigent_site/errors.py)
+    # is the project's own, not a library's.
+    stock = [path for path in settings.MIDDLEWARE if path.startswith("django.")]
+    assert [path for path in settings.MIDDLEWARE if path not in stock] == [
+        "omnigent_site.errors.ErrorFormatMiddleware"
+    ]
+    assert [middleware.INLINE_EQUIVALENTS[path].rsplit(".", 1)[-1] for path in stock] == [
         cls.__name__ for cls in INLINE_CLASSES
     ]
+    for path in stock:
+        inline = import_string(middleware.INLINE_EQUIVALENTS[path])
+        assert inline.__mro__[1:3] == (middleware.InlineHooksMixin, import_string(path))
+
+
+def test_guard_django_builds_the_chain_from_the_middleware_setting() -> None:
+    """``PooledThreadsASGIHandler.load_middleware`` swaps the setting for the length of
+    Django's ``load_middleware``: Django must still read the classes from it there."""
+    assert {"settings", "MIDDLEWARE", "import_string"} <= names_used_by(BaseHandler.load_middleware)
+
+
+async def test_guard_the_server_handler_runs_the_inline_equivalents(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The server's handler runs every stock class of ``settings.MIDDLEWARE`` as its
+    inline equivalent: each equivalent's ``process_response`` runs, on the loop thread,
+    and the setting itself is left naming Django's classes."""
+    loop_thread = threading.get_ident()
+    ran: list[tuple[str, int]] = []
+    with_response = [cls for cls in INLINE_CLASSES if "process_response" in INLINE_CLASSES[cls]]
+    for cls in with_response:
+
+        def spy(
+            self: Any, request: HttpRequest, response: Any, _real: Any = cls.process_response
+        ) -> Any:
+            ran.append((type(self).__name__, threading.get_ident()))
+            return _real(self, request, response)
+
+        monkeypatch.setattr(cls, "process_response", spy)
+    configured = list(settings.MIDDLEWARE)
+    app = PooledThreadsASGIHandler(max_idle_threads=1)
+    assert list(settings.MIDDLEWARE) == configured
+    sent: list[dict[str, Any]] = []
+
+    bodies = [{"type": "http.request", "body": b"", "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        if bodies:
+            return bodies.pop()
+        await asyncio.Event().wait()  # no disconnect: Django cancels this when done
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": "/v1/no-such-route",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [(b"host", b"testserver")],
+        "client": ("127.0.0.1", 50000),
+        "server": ("testserver", 80),
+    }
+    await app(scope, receive, send)
+    assert sent[0]["status"] == 404
+    assert sorted(name for name, _ in ran) == sorted(cls.__name__ for cls in with_response)
+    assert {thread for _, thread in ran} == {loop_thread}
 
 
 def test_guard_csrf_secrets_come_from_the_cookie_not_the_session() -> None:

@@ -248,6 +248,7 @@ class Command(BaseCommand):
                 )
                 children.append(("runner", runner))
                 self.stdout.write(f"runner: {derive_runner_id(token)} on {workspace}")
+            self.stdout.write(f"Open {base_url}/ in a browser (the API is at {base_url}/v1/).")
             self.stdout.write("Press Ctrl-C to stop.")
             exited = self._wait_for_exit(children, stop_requested)
         finally:

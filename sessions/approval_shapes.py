@@ -1,0 +1,264 @@
+"""The JSON shapes of approvals and policies (approvals.md).
+
+The stream events and the answer endpoints are **compat** shapes: Omnigent's SDK reads
+``response.elicitation_request`` with its ``on_elicitation_request`` hook and drops a
+payload that lacks a required field, so every field listed here is always present.
+Typed dicts rendered by plain functions and documented from the same classes, like
+``sessions/shapes.py``; no DRF here (the runner-event code renders these too).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Annotated, Any, Literal, NotRequired, cast
+
+from typing_extensions import Doc, TypedDict
+
+from omnigent_runner.protocol import PolicyRule
+from omnigent_site.shapes import CursorPage, ObjectList
+from omnigent_site.timeutil import unix
+
+from .models import Approval
+
+# As in ``sessions/shapes.py``, which imports this module (the snapshot lists open questions).
+UnixTime = Annotated[int, Doc("Unix seconds")]
+OptionalUnixTime = Annotated[int | None, Doc("Unix seconds")]
+
+PREVIEW_CHARS = 1024
+# How much of the argument a question's sentence quotes.
+SUMMARY_CHARS = 200
+# The argument a question quotes when the call has it (sys_os_shell, the file tools).
+SUMMARY_ARGUMENTS = ("command", "path", "file_path", "url", "query")
+
+VerdictAction = Literal["accept", "decline", "cancel"]
+
+
+# --- what a person is asked -------------------------------------------------------------
+
+
+def arguments_json(arguments: dict[str, Any]) -> str:
+    return json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "))
+
+
+def content_preview(arguments: dict[str, Any]) -> str:
+    """The call's arguments as JSON, cut to 1,024 characters."""
+    return arguments_json(arguments)[:PREVIEW_CHARS]
+
+
+def approval_message(tool: str, arguments: dict[str, Any]) -> str:
+    """The question as a sentence: "Agent wants to run sys_os_shell: `rm -rf build`. Approve?"
+
+    It quotes the argument that says what the call does (a shell command, a path),
+    else the only argument, else all of them as JSON, on one line and cut short.
+    """
+    chosen = next(
+        (arguments[key] for key in SUMMARY_ARGUMENTS if isinstance(arguments.get(key), str)),
+        None,
+    )
+    if chosen is None and len(arguments) == 1:
+        only = next(iter(arguments.values()))
+        chosen = only if isinstance(only, str) else None
+    summary = chosen if chosen is not None else arguments_json(arguments)
+    summary = " ".join(summary.split()).replace("`", "'")
+    if len(summary) > SUMMARY_CHARS:
+        summary = summary[: SUMMARY_CHARS - 1] + "…"
+    if not summary or summary == "{}":
+        return f"Agent wants to run {tool}. Approve?"
+    return f"Agent wants to run {tool}: `{summary}`. Approve?"
+
+
+# --- stream events ----------------------------------------------------------------------
+
+
+class ElicitationParams(TypedDict):
+    """``params`` of an elicitation request (MCP's ``elicitation/create``, form mode)."""
+
+    mode: Literal["form"]
+    message: Annotated[str, Doc("the question as a sentence")]
+    requestedSchema: Annotated[dict[str, Any], Doc("always {}: the answer is the action")]
+    phase: Literal["tool_call"]
+    policy_name: Annotated[str, Doc("the rule that asked")]
+    content_preview: Annotated[str, Doc("the call's arguments as JSON, cut to 1,024 chars")]
+
+
+class ElicitationRequestEvent(TypedDict):
+    """``response.elicitation_request``: a tool call waits for a person's verdict.
+    Also the entries of the snapshot's ``pending_elicitations``."""
+
+    type: Literal["response.elicitation_request"]
+    elicitation_id: str
+    session_id: str
+    response_id: str
+    method: Literal["elicitation/create"]
+    params: ElicitationParams
+
+
+def elicitation_request_event(approval: Approval) -> ElicitationRequestEvent:
+    return {
+        "type": "response.elicitation_request",
+        "elicitation_id": approval.id,
+        "session_id": approval.session_id,
+        "response_id": approval.turn_id,
+        "method": "elicitation/create",
+        "params": {
+            "mode": "form",
+            "message": approval.message,
+            "requestedSchema": {},
+            "phase": "tool_call",
+            "policy_name": approval.policy_name,
+            "content_preview": content_preview(approval.arguments),
+        },
+    }
+
+
+def pending_elicitations(approvals: Iterable[Approval]) -> list[ElicitationRequestEvent]:
+    return [elicitation_request_event(approval) for approval in approvals]
+
+
+class ElicitationResolvedEvent(TypedDict):
+    """``response.elicitation_resolved``: the verdict the runner was told. An expired
+    question reads ``action: "cancel"``, ``reason: "unanswered"``."""
+
+    type: Literal["response.elicitation_resolved"]
+    elicitation_id: str
+    action: VerdictAction
+    reason: NotRequired[str]
+    resolved_by: NotRequired[Annotated[str, Doc("the user id of who answered")]]
+
+
+def elicitation_resolved_event(
+    approval: Approval, *, resolved_by: str | None
+) -> ElicitationResolvedEvent:
+    action = approval.action
+    assert action is not None, "only a resolved approval has an action"
+    event: ElicitationResolvedEvent = {
+        "type": "response.elicitation_resolved",
+        "elicitation_id": approval.id,
+        "action": cast(VerdictAction, action),
+    }
+    if approval.reason:
+        event["reason"] = approval.reason
+    if resolved_by:
+        event["resolved_by"] = resolved_by
+    return event
+
+
+class PolicyDeniedEvent(TypedDict):
+    """``response.policy_denied``: a rule refused a tool call; the turn goes on."""
+
+    type: Literal["response.policy_denied"]
+    conversation_id: Annotated[str, Doc("the session's id")]
+    session_id: str
+    response_id: str
+    call_id: str
+    tool: str
+    policy_name: str
+    reason: str
+    phase: Literal["tool_call"]
+
+
+def policy_denied_event(
+    *, session_id: str, response_id: str, call_id: str, tool: str, policy_name: str, reason: str
+) -> PolicyDeniedEvent:
+    return {
+        "type": "response.policy_denied",
+        "conversation_id": session_id,
+        "session_id": session_id,
+        "response_id": response_id,
+        "call_id": call_id,
+        "tool": tool,
+        "policy_name": policy_name,
+        "reason": reason,
+        "phase": "tool_call",
+    }
+
+
+# --- endpoints --------------------------------------------------------------------------
+
+
+class ElicitationOut(TypedDict):
+    """An approval: the question about one tool call and its verdict."""
+
+    id: str
+    object: Literal["session.elicitation"]
+    status: Annotated[str, Approval.Status]
+    tool: str
+    arguments: Annotated[dict[str, Any], Doc("the call's arguments, as shown to the person")]
+    policy_name: str
+    message: str
+    response_id: str
+    call_id: str
+    created_at: UnixTime
+    expires_at: UnixTime
+    resolved_at: OptionalUnixTime
+    resolved_by: Annotated[str | None, Doc("who gave the verdict; null for expiry")]
+    reason: Annotated[str | None, Doc("the verdict's reason")]
+
+
+def elicitation_body(approval: Approval) -> ElicitationOut:
+    """``approval.resolved_by`` must be loaded with the row (``select_related``)."""
+    user = approval.resolved_by
+    return {
+        "id": approval.id,
+        "object": "session.elicitation",
+        "status": approval.status,
+        "tool": approval.tool,
+        "arguments": approval.arguments,
+        "policy_name": approval.policy_name,
+        "message": approval.message,
+        "response_id": approval.turn_id,
+        "call_id": approval.call_id,
+        "created_at": int(approval.created_at.timestamp()),
+        "expires_at": int(approval.expires_at.timestamp()),
+        "resolved_at": unix(approval.resolved_at),
+        "resolved_by": user.get_username() if user is not None else None,
+        "reason": approval.reason,
+    }
+
+
+class ElicitationPage(CursorPage[ElicitationOut]):
+    """A page of a session's approvals."""
+
+
+class ElicitationResolveOut(TypedDict):
+    """The 202 of an answer: the verdict is stored (and relayed when the runner is online)."""
+
+    queued: bool
+
+
+def elicitation_resolve_body() -> ElicitationResolveOut:
+    return {"queued": False}
+
+
+class PolicyRuleOut(TypedDict):
+    """A policy rule of the effective list, with where it comes from. An ``ask`` rule
+    shows the timeout that applies (its own, else the bundle's, else the default,
+    capped by the server)."""
+
+    name: str
+    tools: Annotated[list[str], Doc("shell-style globs on the tool name")]
+    action: Literal["allow", "deny", "ask"]
+    when: NotRequired[Annotated[dict[str, str], Doc("argument name -> regex")]]
+    reason: NotRequired[str]
+    ask_timeout: NotRequired[Annotated[float, Doc("seconds")]]
+    source: Literal["session", "bundle"]
+
+
+class PolicyList(ObjectList[PolicyRuleOut]):
+    """The effective rules in evaluation order: the session's, then the bundle's."""
+
+
+def policy_list_body(rules: Sequence[PolicyRule], *, session_rule_count: int) -> PolicyList:
+    data: list[PolicyRuleOut] = []
+    for index, rule in enumerate(rules):
+        row: dict[str, Any] = {"name": rule.name, "tools": list(rule.tools), "action": rule.action}
+        if rule.when is not None:
+            row["when"] = dict(rule.when)
+        if rule.reason is not None:
+            row["reason"] = rule.reason
+        if rule.ask_timeout is not None:
+            row["ask_timeout"] = rule.ask_timeout
+        row["source"] = "session" if index < session_rule_count else "bundle"
+        data.append(cast(PolicyRuleOut, row))
+    return {"object": "list", "data": data}

@@ -1,0 +1,288 @@
+"""Every write to approvals (approvals.md): asked, answered, expired, cancelled, acknowledged.
+
+An approval is asked once per ``(turn, call_id)``, however often the runner's event
+arrives (a duplicate delivery, or a restarted runner re-running the turn). A verdict
+is set by one conditional ``UPDATE … WHERE status = 'pending'``, so of two server
+processes answering (or one answering while another expires the question) exactly one
+wins, and only the winner publishes ``response.elicitation_resolved``. Relaying a
+verdict to the runner is the caller's part (``runners.verdicts``): this module stays
+below ``runners``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from omnigent_runner import protocol
+from omnigent_site.domain_errors import InvalidInput, NotFound
+
+from . import updates
+from .approval_shapes import (
+    approval_message,
+    elicitation_request_event,
+    elicitation_resolved_event,
+)
+from .eventlog import record_event
+from .models import Approval, Session, Turn
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User as AuthUser
+
+log = logging.getLogger(__name__)
+
+ACTIONS = ("accept", "decline", "cancel")
+STATUS_OF_ACTION = {
+    "accept": Approval.Status.ACCEPTED,
+    "decline": Approval.Status.DECLINED,
+    "cancel": Approval.Status.CANCELLED,
+}
+UNANSWERED = "unanswered"
+MAX_REASON_CHARS = 2000
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+# --- asking -----------------------------------------------------------------------------
+
+
+def ask_timeout_cap() -> float:
+    """``OMNIGENT_ASK_TIMEOUT_S``: no question waits longer (a bad value means the default)."""
+    cap = float(settings.OMNIGENT_ASK_TIMEOUT_S)
+    return cap if cap > 0 else 3600.0
+
+
+def _storable(value: Any) -> Any:
+    """``value`` with NUL and lone surrogates replaced: PostgreSQL refuses to store them,
+    and a question that cannot be stored would leave the call waiting for nothing."""
+    if isinstance(value, str):
+        return _UNSTORABLE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_storable(key): _storable(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    return value
+
+
+@dataclass(frozen=True)
+class Asked:
+    approval: Approval
+    # False: the call was asked about before (a redelivery or a re-run turn).
+    created: bool
+
+
+def record_requested(*, session: Session, turn: Turn, event: protocol.ApprovalRequested) -> Asked:
+    """Store the question (once per turn and call) and show it to watchers.
+
+    Runs inside ``runners.runner_events.record``, which holds the session row lock.
+    When the call was asked about before, nothing new is shown; if it already has a
+    verdict, that verdict is marked unacknowledged, so the caller relays it again and
+    a later ``session.open`` carries it until the runner acknowledges it.
+    """
+    existing = Approval.objects.filter(turn=turn, call_id=event.call_id).first()
+    if existing is not None:
+        return Asked(_asked_again(existing), created=False)
+    arguments = _storable(event.arguments)
+    tool = _storable(event.tool)
+    seconds = min(event.ask_timeout if event.ask_timeout > 0 else 3600.0, ask_timeout_cap())
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            approval = Approval.objects.create(
+                session=session,
+                turn=turn,
+                call_id=event.call_id,
+                tool=tool,
+                arguments=arguments,
+                policy_name=_storable(event.policy_name),
+                policy_reason=_storable(event.reason or ""),
+                message=approval_message(tool, arguments),
+                expires_at=now + timedelta(seconds=seconds),
+            )
+    except IntegrityError:
+        # Another writer stored it first (the session lock makes this rare).
+        return Asked(_asked_again(Approval.objects.get(turn=turn, call_id=event.call_id)), False)
+    record_event(session_id=session.id, payload=dict(elicitation_request_event(approval)))
+    updates.announce_session(session_id=session.id)  # its list row counts open questions
+    return Asked(approval, created=True)
+
+
+def _asked_again(approval: Approval) -> Approval:
+    if approval.status != Approval.Status.PENDING and approval.runner_acked:
+        Approval.objects.filter(pk=approval.pk).update(runner_acked=False)
+        approval.runner_acked = False
+    return approval
+
+
+# --- answering --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resolution:
+    approval: Approval
+    # This call stored a new verdict (an answer, or the expiry it found due): relay it.
+    stored: bool
+    # The question already had another verdict: the first one stands (409).
+    conflict: bool
+
+
+def check_action(action: Any) -> str:
+    if action not in ACTIONS:
+        raise InvalidInput("must be 'accept', 'decline' or 'cancel'", field="action")
+    return str(action)
+
+
+def resolve(
+    *,
+    session_id: str,
+    approval_id: str,
+    action: str,
+    user: AuthUser | None,
+    reason: str | None = None,
+) -> Resolution:
+    """Store a person's verdict unless the question already has one.
+
+    The same action again is idempotent; a different one is a conflict. A question
+    past its deadline is expired here (the server decides expiry from the stored
+    deadline, whether or not a sweep ran yet), and then only ``cancel`` matches it.
+    """
+    action = check_action(action)
+    if reason is not None and len(reason) > MAX_REASON_CHARS:
+        raise InvalidInput(f"must be at most {MAX_REASON_CHARS} characters", field="reason")
+    approval = Approval.objects.filter(pk=approval_id, session_id=session_id).first()
+    if approval is None:
+        raise NotFound(f"elicitation {approval_id!r} not found")
+    now = timezone.now()
+    if approval.status == Approval.Status.PENDING and approval.expires_at <= now:
+        expired = _expire(approval.pk, now=now)
+        if expired is not None:
+            return Resolution(expired, stored=True, conflict=action != "cancel")
+    with transaction.atomic():
+        won = Approval.objects.filter(
+            pk=approval.pk, status=Approval.Status.PENDING, expires_at__gt=now
+        ).update(
+            status=STATUS_OF_ACTION[action],
+            resolved_at=now,
+            resolved_by=user,
+            reason=reason or None,
+            runner_acked=False,
+        )
+        approval = Approval.objects.select_related("resolved_by").get(pk=approval.pk)
+        if won:
+            _publish_resolved(approval)
+            return Resolution(approval, stored=True, conflict=False)
+    return Resolution(approval, stored=False, conflict=approval.action != action)
+
+
+def _publish_resolved(approval: Approval) -> None:
+    user = approval.resolved_by
+    record_event(
+        session_id=approval.session_id,
+        payload=dict(
+            elicitation_resolved_event(
+                approval, resolved_by=user.get_username() if user is not None else None
+            )
+        ),
+    )
+    updates.announce_session(session_id=approval.session_id)
+
+
+def _expire(pk: str, *, now: datetime) -> Approval | None:
+    """Expire one question if it is still pending and due; None when another writer won."""
+    with transaction.atomic():
+        won = Approval.objects.filter(
+            pk=pk, status=Approval.Status.PENDING, expires_at__lte=now
+        ).update(status=Approval.Status.EXPIRED, resolved_at=now, reason=UNANSWERED)
+        if not won:
+            return None
+        approval = Approval.objects.get(pk=pk)
+        _publish_resolved(approval)
+    return approval
+
+
+def expire_due(*, limit: int = 200) -> list[Approval]:
+    """Expire the questions past their deadline; returns those this call expired.
+
+    Every server process calls this (``runners.verdicts``); the conditional UPDATE
+    makes each question expire once, whichever process gets there first.
+    """
+    now = timezone.now()
+    due = Approval.objects.filter(status=Approval.Status.PENDING, expires_at__lte=now)
+    expired = []
+    for pk in due.order_by("expires_at").values_list("pk", flat=True)[:limit]:
+        approval = _expire(pk, now=now)
+        if approval is not None:
+            expired.append(approval)
+    return expired
+
+
+def cancel_pending(
+    *,
+    session_id: str,
+    reason: str,
+    user: AuthUser | None = None,
+    turn_ids: list[str] | None = None,
+) -> list[Approval]:
+    """Cancel the open questions of a session (an interrupt) or of some of its turns
+    (a turn that ended); returns those this call cancelled."""
+    pending = Approval.objects.filter(session_id=session_id, status=Approval.Status.PENDING)
+    if turn_ids is not None:
+        pending = pending.filter(turn_id__in=turn_ids)
+    cancelled = []
+    now = timezone.now()
+    for pk in pending.values_list("pk", flat=True):
+        with transaction.atomic():
+            won = Approval.objects.filter(pk=pk, status=Approval.Status.PENDING).update(
+                status=Approval.Status.CANCELLED, resolved_at=now, resolved_by=user, reason=reason
+            )
+            if not won:
+                continue
+            approval = Approval.objects.select_related("resolved_by").get(pk=pk)
+            _publish_resolved(approval)
+        cancelled.append(approval)
+    return cancelled
+
+
+# --- the runner's side ------------------------------------------------------------------
+
+
+def mark_acked(*, approval_ids: list[str]) -> int:
+    """The runner acknowledged these verdicts: ``session.open`` stops carrying them."""
+    return (
+        Approval.objects.filter(pk__in=approval_ids)
+        .exclude(status=Approval.Status.PENDING)
+        .update(runner_acked=True)
+    )
+
+
+def unacked_verdicts(*, session_id: str) -> QuerySet[Approval]:
+    """Verdicts the runner has not acknowledged, for calls of turns still open."""
+    return (
+        Approval.objects.filter(
+            session_id=session_id, runner_acked=False, turn__status__in=Turn.OPEN_STATUSES
+        )
+        .exclude(status=Approval.Status.PENDING)
+        .select_related("resolved_by")
+    )
+
+
+def verdict(approval: Approval) -> protocol.Verdict:
+    """The verdict as ``session.open`` carries it (``resolved_by`` loaded with the row)."""
+    action = approval.action
+    assert action is not None, "a pending approval has no verdict"
+    user = approval.resolved_by
+    return protocol.Verdict(
+        elicitation_id=approval.id,
+        response_id=approval.turn_id,
+        call_id=approval.call_id,
+        action=action,  # type: ignore[arg-type]
+        reason=approval.reason,
+        resolved_by=user.get_username() if user is not None else None,
+    )

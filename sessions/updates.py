@@ -1,0 +1,119 @@
+"""Live session-list updates (``GET /v1/sessions/updates``): who is told what.
+
+Fan-out: every user has a channel-layer group, ``updates.<user pk>``. A write that
+changes what a session's list row shows (create, title, status, runner binding or
+online state, a grant given or taken, delete) calls one of the ``announce_*``
+functions below inside its transaction; once the transaction commits, the session
+row is read back once, rendered once per grantee (the row carries the grantee's own
+``permission_level``) and sent to each grantee's group. The group reaches every
+server process through the channel layer (Redis when scaled out), so a list open on
+any process hears about a write made on any other.
+
+Resume: there is no per-user event log. Each frame's ``id`` is its publication time
+in milliseconds; a client that reconnects with ``Last-Event-ID`` first gets
+``session.resync`` (reload ``GET /v1/sessions``), then the live tail. The stream joins
+the group before it sends ``session.resync``, so everything written after the reload
+starts is also delivered: no gap. Every event replaces a whole row, so the overlap
+between the reload and the live tail is harmless (a row set twice is the same row).
+
+Who hears: the users holding a direct grant on the session, as ``GET /v1/sessions``
+lists sessions by direct grant (an admin's list is personal too).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Literal
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import transaction
+
+from .eventlog import sse_frame
+from .models import Permission, Session
+from .selectors import pending_approval_count
+from .shapes import session_removed_event, session_row_event
+
+log = logging.getLogger(__name__)
+
+RowKind = Literal["session.added", "session.updated"]
+ADDED: RowKind = "session.added"
+UPDATED: RowKind = "session.updated"
+
+
+def user_group(user_pk: int) -> str:
+    """The channel-layer group of one user's live session lists."""
+    return f"updates.{user_pk}"
+
+
+def frame_id() -> int:
+    """Publication time in milliseconds: increasing enough for ``Last-Event-ID``."""
+    return time.time_ns() // 1_000_000
+
+
+def announce_session(*, session_id: str, kind: RowKind = UPDATED, only: int | None = None) -> None:
+    """After the commit, send the session's row to its grantees (or to user ``only``)."""
+    transaction.on_commit(lambda: publish_row(session_id=session_id, kind=kind, only=only))
+
+
+def announce_removed(*, session_id: str, user_pks: list[int]) -> None:
+    """After the commit, tell these users the session left their list."""
+    transaction.on_commit(lambda: publish_removed(session_id=session_id, user_pks=user_pks))
+
+
+def grantees(*, session_id: str) -> list[int]:
+    return list(Permission.objects.filter(session_id=session_id).values_list("user_id", flat=True))
+
+
+def sessions_of_runner(*, runner_id: str) -> list[str]:
+    return list(Session.objects.filter(runner_id=runner_id).values_list("id", flat=True))
+
+
+def announce_runner_sessions(*, runner_id: str) -> None:
+    """A runner went on- or offline: the rows of its sessions show it."""
+    for session_id in sessions_of_runner(runner_id=runner_id):
+        announce_session(session_id=session_id)
+
+
+def publish_row(*, session_id: str, kind: RowKind, only: int | None = None) -> None:
+    # Read like a row of ``GET /v1/sessions`` (``selectors.sessions_granted_to``), with
+    # the count of open questions.
+    session = (
+        Session.objects.select_related("agent", "runner")
+        .annotate(pending_elicitations_count=pending_approval_count())
+        .filter(pk=session_id)
+        .first()
+    )
+    if session is None:
+        return
+    grants = Permission.objects.filter(session_id=session_id)
+    if only is not None:
+        grants = grants.filter(user_id=only)
+    messages: dict[int, dict[str, Any]] = {}
+    for user_pk, level in grants.values_list("user_id", "level"):
+        messages[user_pk] = _message(dict(session_row_event(kind, session, level=level)))
+    _send(messages)
+
+
+def publish_removed(*, session_id: str, user_pks: list[int]) -> None:
+    message = _message(dict(session_removed_event(session_id)))
+    _send(dict.fromkeys(user_pks, message))
+
+
+def _message(payload: dict[str, Any]) -> dict[str, Any]:
+    seq = frame_id()
+    return {"type": "session.updates", "seq": seq, "frame": sse_frame(payload, seq=seq)}
+
+
+def _send(messages: dict[int, dict[str, Any]]) -> None:
+    layer = get_channel_layer()
+    if layer is None or not messages:
+        return
+    for user_pk, message in messages.items():
+        try:
+            async_to_sync(layer.group_send)(user_group(user_pk), message)
+        except Exception:
+            # A list that missed a message is stale until its next reload; a failed
+            # publish must never fail the write that caused it.
+            log.exception("could not publish a list update to user %s", user_pk)

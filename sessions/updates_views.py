@@ -1,0 +1,92 @@
+"""``GET /v1/sessions/updates``: Server-Sent Events that keep a session list live."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adrf.views import APIView as AsyncAPIView
+from django.http import HttpResponseBase, StreamingHttpResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+
+from omnigent_site.authentication import request_user
+from omnigent_site.schema import error_responses
+from omnigent_site.stream_slots import SlotStreamingResponse, claim_stream_slot
+
+from .stream import RESUME_POINT_SCHEMA, parse_resume_point
+from .stream_views import EventStreamRenderer, sse_event_schema
+from .updates_stream import UpdatesStream
+
+UPDATES_STREAM = sse_event_schema(
+    "Frames `id: <ms>\\nevent: <type>\\ndata: <json>\\n\\n`. First a `session.heartbeat`; "
+    "with `Last-Event-ID` (or `?after=`) a `session.resync` (reload `GET /v1/sessions`), "
+    "then live events: `session.added` and `session.updated` `{type, session}` "
+    "(`SessionRowEvent`, the list row), `session.removed` `{type, session_id}` "
+    "(`SessionRemovedEvent`), for every session the caller holds a grant on; a heartbeat "
+    "every 15 s while idle; `data: [DONE]` when the server shuts down."
+)
+
+
+class SessionUpdatesView(AsyncAPIView):
+    permission_classes = [IsAuthenticated]
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+
+    @extend_schema(
+        operation_id="sessions_updates",
+        parameters=[
+            OpenApiParameter(
+                "after", RESUME_POINT_SCHEMA, description="resume point: answers `session.resync`"
+            ),
+            OpenApiParameter(
+                "Last-Event-ID",
+                RESUME_POINT_SCHEMA,
+                location=OpenApiParameter.HEADER,
+                description="resume point",
+            ),
+            OpenApiParameter(
+                "Cache-Control",
+                str,
+                location=OpenApiParameter.HEADER,
+                response=[200],
+                description="`no-cache`",
+            ),
+            OpenApiParameter(
+                "X-Accel-Buffering",
+                str,
+                location=OpenApiParameter.HEADER,
+                response=[200],
+                description="`no`: proxies must not buffer the stream",
+            ),
+        ],
+        responses={
+            (200, "text/event-stream"): OpenApiResponse(
+                UPDATES_STREAM, description="Live changes of the caller's session list."
+            ),
+            **error_responses(400, 401, 404, 429),
+        },
+    )
+    async def get(self, request: Request) -> StreamingHttpResponse:
+        resumed = (
+            parse_resume_point(
+                request.headers.get("Last-Event-ID"), request.query_params.get("after")
+            )
+            is not None
+        )
+        stream = UpdatesStream(user_pk=request_user(request).pk, resumed=resumed)
+        # Open streams per user (omnigent_site/stream_slots.py), as for a session stream.
+        slot = claim_stream_slot(request.user)
+        response = SlotStreamingResponse(stream, slot=slot, content_type="text/event-stream")
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+
+    def finalize_response(
+        self, request: Request, response: HttpResponseBase, *args: Any, **kwargs: Any
+    ) -> HttpResponseBase:
+        # Error bodies are JSON whatever the client asked for.
+        if not isinstance(response, StreamingHttpResponse):
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = "application/json"
+        return super().finalize_response(request, response, *args, **kwargs)

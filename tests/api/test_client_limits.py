@@ -1,0 +1,166 @@
+"""Request rates per user and per runner (issue 15, item 9; http-api.md, "Limits on
+clients"): 429 ``rate_limited`` with ``Retry-After`` past the rate, each user and each
+runner counted apart, nothing throttled in local single-user mode.
+
+The suite turns the limits off (``tests/conftest.py``); these tests set small rates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.core.cache import caches
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from omnigent_site.users import get_or_create_user
+from runners.models import Runner
+from sessions.models import Session
+
+from .conftest import ALICE, BOB, CAROL, assert_error
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def fresh_counts() -> Iterator[None]:
+    caches["throttle"].clear()
+    yield
+    caches["throttle"].clear()
+
+
+def test_a_user_past_the_rate_gets_429_with_retry_after(
+    settings: Any, client_for: Callable[[str | None], APIClient]
+) -> None:
+    settings.OMNIGENT_THROTTLE_USER_RATE = "3/min"
+    alice = client_for(ALICE)
+    assert [alice.get("/v1/me").status_code for _ in range(3)] == [200, 200, 200]
+    refused = alice.get("/v1/me")
+    assert_error(refused, 429, "rate_limited")
+    assert 1 <= int(refused["Retry-After"]) <= 60
+    # Every endpoint counts against the same budget, and other users have their own.
+    assert_error(alice.get("/v1/sessions"), 429, "rate_limited")
+    assert client_for(BOB).get("/v1/me").status_code == 200
+
+
+def test_requests_without_identity_are_401_not_counted(
+    settings: Any, client_for: Callable[[str | None], APIClient]
+) -> None:
+    settings.OMNIGENT_THROTTLE_USER_RATE = "1/min"
+    anonymous = client_for(None)
+    for _ in range(3):
+        assert_error(anonymous.get("/v1/me"), 401, "unauthorized")
+
+
+def test_rates_are_off_in_local_single_user_mode(
+    settings: Any, client_for: Callable[[str | None], APIClient]
+) -> None:
+    settings.OMNIGENT_LOCAL_SINGLE_USER = True
+    settings.OMNIGENT_THROTTLE_USER_RATE = "1/min"
+    settings.OMNIGENT_THROTTLE_RUNNER_RATE = "1/min"
+    local = client_for(None)
+    assert {local.get("/v1/me").status_code for _ in range(5)} == {200}
+
+
+def test_a_rate_of_zero_is_no_limit(
+    settings: Any, client_for: Callable[[str | None], APIClient]
+) -> None:
+    settings.OMNIGENT_THROTTLE_USER_RATE = "0"
+    alice = client_for(ALICE)
+    assert {alice.get("/v1/me").status_code for _ in range(5)} == {200}
+
+
+def test_an_unavailable_throttle_cache_lets_requests_through(
+    settings: Any, client_for: Callable[[str | None], APIClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.OMNIGENT_THROTTLE_USER_RATE = "1/min"
+
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("cache down")
+
+    monkeypatch.setattr(caches["throttle"], "get", down)
+    alice = client_for(ALICE)
+    assert {alice.get("/v1/me").status_code for _ in range(3)} == {200}
+
+
+def bound_session(
+    create_session: Callable[..., str], grant: Callable[..., None], runner_id: str
+) -> str:
+    """A session of ALICE's, BOB and CAROL editors, bound to ``runner_id`` (offline)."""
+    session_id = create_session(ALICE)
+    grant(session_id, BOB, 2)
+    grant(session_id, CAROL, 2)
+    runner, _ = Runner.objects.get_or_create(
+        id=runner_id,
+        defaults={
+            "name": runner_id,
+            "owner": get_or_create_user(ALICE),
+            "last_seen_at": timezone.now(),
+        },
+    )
+    Session.objects.filter(pk=session_id).update(runner=runner)
+    return session_id
+
+
+def interrupt(client: APIClient, session_id: str) -> Any:
+    return client.post(f"/v1/sessions/{session_id}/events", {"type": "interrupt"}, format="json")
+
+
+def test_calls_to_one_runner_are_counted_together_whoever_sends_them(
+    settings: Any,
+    client_for: Callable[[str | None], APIClient],
+    create_session: Callable[..., str],
+    grant: Callable[..., None],
+) -> None:
+    settings.OMNIGENT_THROTTLE_RUNNER_RATE = "3/min"
+    first = bound_session(create_session, grant, "runner_token_" + "a" * 32)
+    other = bound_session(create_session, grant, "runner_token_" + "b" * 32)
+    unbound = create_session(ALICE)
+    senders = [client_for(user) for user in (ALICE, BOB, CAROL)]
+    assert [interrupt(sender, first).status_code for sender in senders] == [202, 202, 202]
+    refused = interrupt(client_for(BOB), first)
+    assert_error(refused, 429, "rate_limited")
+    assert int(refused["Retry-After"]) >= 1
+    # Another runner, a session without one, and reads of the same session are not counted.
+    assert interrupt(client_for(BOB), other).status_code == 202
+    assert {interrupt(client_for(ALICE), unbound).status_code for _ in range(4)} == {202}
+    assert client_for(BOB).get(f"/v1/sessions/{first}").status_code == 200
+
+
+@pytest.mark.redis
+def test_with_redis_the_counts_are_shared_through_it(
+    settings: Any, client_for: Callable[[str | None], APIClient]
+) -> None:
+    """With ``REDIS_URL`` the ``throttle`` cache is Redis: what one process counted,
+    every other process reads (here: the count survives this process's memory)."""
+    import secrets
+
+    import redis
+
+    from tests.conftest import require_service
+
+    require_service("Redis", "127.0.0.1", 6379)
+    prefix = f"omnigent-test-{secrets.token_hex(4)}:throttle"
+    settings.CACHES = {
+        **settings.CACHES,
+        "throttle": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:6379/13",
+            "KEY_PREFIX": prefix,
+        },
+    }
+    settings.OMNIGENT_THROTTLE_USER_RATE = "2/min"
+    store = redis.Redis.from_url("redis://127.0.0.1:6379/13")
+    try:
+        alice = client_for(ALICE)
+        assert [alice.get("/v1/me").status_code for _ in range(2)] == [200, 200]
+        assert store.keys(f"{prefix}:*"), "the count is in Redis"
+        caches["default"].clear()  # another process: nothing of this one's memory
+        assert_error(alice.get("/v1/me"), 429, "rate_limited")
+    finally:
+        keys = store.keys(f"{prefix}:*")
+        if keys:
+            store.delete(*keys)
+        store.close()

@@ -1,0 +1,203 @@
+"""``GET /v1/sessions/updates`` at the ASGI level: who hears what, resume, heartbeat.
+
+The writes go through the services (the real publishers); the stream is read through
+``omnigent_site.asgi.application`` with the in-memory channel layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from channels.db import database_sync_to_async
+
+from omnigent_site.asgi import application
+from omnigent_site.runtime.shutdown import stopping
+from omnigent_site.users import get_or_create_user
+from sessions import services
+from sessions.fork import fork_session
+from sessions.models import Session
+from sessions.services import create_session_from_bundle
+
+from .asgi_http import http_scope
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.django_db(transaction=True)]
+
+ALICE, BOB = "alice@example.com", "bob@example.com"
+
+
+class UpdatesCall:
+    """One open ``/v1/sessions/updates`` request; ``events()`` parses what arrives."""
+
+    def __init__(self, user: str, *, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        self.sent: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.incoming: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        scope = http_scope(
+            "/v1/sessions/updates",
+            headers=[(b"x-forwarded-email", user.encode()), *(headers or [])],
+        )
+        self.incoming.put_nowait({"type": "http.request", "body": b"", "more_body": False})
+        self.task = asyncio.ensure_future(application(scope, self.incoming.get, self.sent.put))
+        self.buffer = b""
+
+    async def start(self) -> dict[str, Any]:
+        message = await asyncio.wait_for(self.sent.get(), timeout=10)
+        assert message["type"] == "http.response.start"
+        return message
+
+    async def next_event(self) -> tuple[int | None, dict[str, Any]]:
+        while b"\n\n" not in self.buffer:
+            message = await asyncio.wait_for(self.sent.get(), timeout=10)
+            if message["type"] == "http.response.body":
+                self.buffer += bytes(message.get("body", b""))
+        block, self.buffer = self.buffer.split(b"\n\n", 1)
+        event_id = None
+        data = b""
+        for line in block.split(b"\n"):
+            if line.startswith(b"id: "):
+                event_id = int(line[4:])
+            elif line.startswith(b"data: "):
+                data = line[6:]
+        return event_id, json.loads(data)
+
+    async def next_of(self, *types: str) -> tuple[int | None, dict[str, Any]]:
+        """The next event of these types (heartbeats in between are skipped)."""
+        while True:
+            event_id, event = await self.next_event()
+            if event["type"] in types:
+                return event_id, event
+
+    async def disconnect(self) -> None:
+        await self.incoming.put({"type": "http.disconnect"})
+        await asyncio.wait_for(self.task, timeout=10)
+
+
+def _create(make_bundle: Any, *, title: str) -> str:
+    user = get_or_create_user(ALICE)
+    return create_session_from_bundle(user=user, data=make_bundle(), title=title).id
+
+
+async def test_a_list_hears_create_update_grant_revoke_and_delete(make_bundle: Any) -> None:
+    await database_sync_to_async(get_or_create_user)(BOB)
+    alice, bob = UpdatesCall(ALICE), UpdatesCall(BOB)
+    for call in (alice, bob):
+        start = await call.start()
+        assert start["status"] == 200
+        assert (b"Content-Type", b"text/event-stream") in start["headers"]
+        assert (await call.next_event())[1] == {"type": "session.heartbeat"}
+
+    session_id = await database_sync_to_async(_create)(make_bundle, title="first")
+    event_id, added = await alice.next_of("session.added")
+    assert event_id is not None and event_id > 0
+    assert added["session"]["id"] == session_id
+    assert added["session"]["title"] == "first"
+    assert added["session"]["permission_level"] == 4
+
+    def rename() -> None:
+        services.update_session(session=Session.objects.get(pk=session_id), title="renamed")
+
+    await database_sync_to_async(rename)()
+    _, updated = await alice.next_of("session.updated")
+    assert updated["session"]["title"] == "renamed"
+
+    def share(level: int) -> None:
+        session = Session.objects.get(pk=session_id)
+        services.grant_permission(
+            session=session, actor=get_or_create_user(ALICE), user_id=BOB, level=level
+        )
+
+    await database_sync_to_async(share)(1)
+    _, bob_added = await bob.next_of("session.added")
+    assert bob_added["session"]["id"] == session_id
+    assert bob_added["session"]["permission_level"] == 1  # bob's own level, not alice's
+    await database_sync_to_async(share)(2)
+    _, bob_updated = await bob.next_of("session.updated")
+    assert bob_updated["session"]["permission_level"] == 2
+
+    def revoke() -> None:
+        services.revoke_permission(session=Session.objects.get(pk=session_id), user_id=BOB)
+
+    await database_sync_to_async(revoke)()
+    assert (await bob.next_of("session.removed"))[1] == {
+        "type": "session.removed",
+        "session_id": session_id,
+    }
+
+    def delete() -> None:
+        services.delete_session(session=Session.objects.get(pk=session_id))
+
+    await database_sync_to_async(delete)()
+    assert (await alice.next_of("session.removed"))[1]["session_id"] == session_id
+    # Bob no longer holds a grant: he heard nothing of the delete (only heartbeats, if any).
+    assert b"session.removed" not in bob.buffer
+    await alice.disconnect()
+    await bob.disconnect()
+
+
+async def test_a_fork_appears_in_the_forking_users_list(make_bundle: Any) -> None:
+    session_id = await database_sync_to_async(_create)(make_bundle, title="source")
+    alice = UpdatesCall(ALICE)
+    assert (await alice.start())["status"] == 200
+
+    def fork() -> str:
+        source = Session.objects.get(pk=session_id)
+        return fork_session(source=source, user=get_or_create_user(ALICE)).id
+
+    fork_id = await database_sync_to_async(fork)()
+    _, added = await alice.next_of("session.added")
+    assert added["session"]["id"] == fork_id
+    assert added["session"]["title"] == "Fork of source"
+    await alice.disconnect()
+
+
+async def test_a_resumed_list_is_told_to_reload_then_gets_the_live_tail(
+    make_bundle: Any,
+) -> None:
+    call = UpdatesCall(ALICE, headers=[(b"last-event-id", b"1700000000000")])
+    await call.start()
+    assert (await call.next_event())[1] == {"type": "session.heartbeat"}
+    assert (await call.next_event())[1] == {"type": "session.resync"}
+    session_id = await database_sync_to_async(_create)(make_bundle, title="after resync")
+    assert (await call.next_of("session.added"))[1]["session"]["id"] == session_id
+    await call.disconnect()
+
+
+async def test_an_idle_list_gets_heartbeats(settings: Any) -> None:
+    settings.OMNIGENT_STREAM_HEARTBEAT_S = 0.05
+    call = UpdatesCall(ALICE)
+    await call.start()
+    for _ in range(3):
+        event_id, event = await call.next_event()
+        assert event == {"type": "session.heartbeat"} and event_id is None
+    await call.disconnect()
+
+
+async def test_another_users_writes_are_not_heard(make_bundle: Any) -> None:
+    call = UpdatesCall(BOB)
+    await call.start()
+    await call.next_event()
+    await database_sync_to_async(_create)(make_bundle, title="alice only")
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(call.next_of("session.added"), timeout=0.5)
+    await call.disconnect()
+
+
+async def test_the_stream_ends_with_done_when_the_server_stops() -> None:
+    call = UpdatesCall(ALICE)
+    await call.start()
+    await call.next_event()
+    stopping().set()  # what the before-shutdown trigger does, for this event loop only
+    await asyncio.wait_for(call.task, timeout=10)
+    assert (
+        call.buffer + b"".join(bytes(m.get("body", b"")) for m in drain(call.sent))
+        == b"data: [DONE]\n\n"
+    )
+
+
+def drain(queue: asyncio.Queue[dict[str, Any]]) -> list[dict[str, Any]]:
+    messages = []
+    while not queue.empty():
+        messages.append(queue.get_nowait())
+    return messages

@@ -1,0 +1,124 @@
+"""Production settings (issue 15, item 7; docs/deployment.md, "HTTPS").
+
+With ``DJANGO_DEBUG=0`` and production-like settings ``check --deploy`` is clean at
+WARNING level, the transport-security settings are on, each can be turned off by its
+environment variable, and local single-user mode (plain HTTP on loopback, ``runlocal``)
+keeps them off. Each case runs Django in a fresh process, as settings are read once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(120)
+
+SECURE = {
+    "SECURE_SSL_REDIRECT": True,
+    "SECURE_HSTS_SECONDS": 31536000,
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS": True,
+    "SESSION_COOKIE_SECURE": True,
+    "CSRF_COOKIE_SECURE": True,
+}
+NAMES = [*SECURE, "SECURE_HSTS_PRELOAD", "SECURE_PROXY_SSL_HEADER", "SECURE_REDIRECT_EXEMPT"]
+
+
+def production_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DJANGO_", "OMNIGENT_", "DATABASE_", "REDIS_"))
+    }
+    env.update(
+        DJANGO_SETTINGS_MODULE="omnigent_site.settings",
+        DJANGO_DEBUG="0",
+        DJANGO_SECRET_KEY=secrets.token_urlsafe(48),  # 64 characters
+        DJANGO_ALLOWED_HOSTS="sessions.example.com",
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        OMNIGENT_DATA_DIR=str(tmp_path / "data"),
+        PYTHONPATH=str(REPO),
+    )
+    env.update(extra)
+    return env
+
+
+def effective(tmp_path: Path, **extra: str) -> dict[str, object]:
+    code = (
+        "import django, json; django.setup(); from django.conf import settings; "
+        f"print(json.dumps({{n: getattr(settings, n, None) for n in {NAMES!r}}}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=production_env(tmp_path, **extra),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_check_deploy_is_clean_with_production_settings(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=REPO,
+        env=production_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout, result.stdout + result.stderr
+
+
+def test_debug_off_gives_secure_defaults(tmp_path: Path) -> None:
+    values = effective(tmp_path)
+    assert {name: values[name] for name in SECURE} == SECURE
+    assert values["SECURE_PROXY_SSL_HEADER"] is None  # opt-in: only a proxy can vouch for it
+    assert values["SECURE_REDIRECT_EXEMPT"] == ["^health$"]  # load balancers probe over HTTP
+
+
+def test_each_secure_default_can_be_turned_off(tmp_path: Path) -> None:
+    values = effective(
+        tmp_path,
+        DJANGO_SECURE_SSL_REDIRECT="0",
+        DJANGO_SECURE_HSTS_SECONDS="0",
+        DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS="0",
+        DJANGO_SESSION_COOKIE_SECURE="0",
+        DJANGO_CSRF_COOKIE_SECURE="0",
+        DJANGO_SECURE_HSTS_PRELOAD="1",
+        DJANGO_SECURE_PROXY_SSL_HEADER="1",
+        DJANGO_SECURE_REDIRECT_EXEMPT="",
+    )
+    assert {name: values[name] for name in SECURE} == {
+        "SECURE_SSL_REDIRECT": False,
+        "SECURE_HSTS_SECONDS": 0,
+        "SECURE_HSTS_INCLUDE_SUBDOMAINS": False,
+        "SESSION_COOKIE_SECURE": False,
+        "CSRF_COOKIE_SECURE": False,
+    }
+    assert values["SECURE_HSTS_PRELOAD"] is True
+    assert values["SECURE_PROXY_SSL_HEADER"] == ["HTTP_X_FORWARDED_PROTO", "https"]
+    assert values["SECURE_REDIRECT_EXEMPT"] == []
+
+
+def test_local_single_user_mode_keeps_plain_http(tmp_path: Path) -> None:
+    """``runlocal`` (``make run``) serves http://127.0.0.1 in local single-user mode:
+    with ``DJANGO_DEBUG=0`` there too, nothing may redirect it to HTTPS."""
+    values = effective(tmp_path, OMNIGENT_LOCAL_SINGLE_USER="1")
+    assert values["SECURE_SSL_REDIRECT"] is False
+    assert values["SESSION_COOKIE_SECURE"] is False and values["CSRF_COOKIE_SECURE"] is False
+    assert values["SECURE_HSTS_SECONDS"] == 0
+
+
+def test_debug_on_keeps_plain_http(tmp_path: Path) -> None:
+    values = effective(tmp_path, DJANGO_DEBUG="1")
+    assert values["SECURE_SSL_REDIRECT"] is False and values["SECURE_HSTS_SECONDS"] == 0

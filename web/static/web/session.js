@@ -1,0 +1,269 @@
+// The session page (web.md, Session). Panels are modules of their own (transcript,
+// changes, share); approval cards, attachments, the workspace tree and fork join the
+// same way when their endpoints exist.
+//
+// Live with no gap and no duplicate: the session stream is opened first and its events
+// are held until the snapshot is drawn; items are keyed by id, so what both deliver is
+// drawn once. After a drop the stream reconnects with the last event id it saw; a
+// `session.resync` (or a reconnect before any event id was seen) reloads the snapshot.
+import { api, bootData, get } from "./api.js";
+import { ApprovalCards } from "./approvals.js";
+import { uploadAll } from "./attachments.js";
+import { ChangesPanel } from "./changes.js";
+import { ShareDialog } from "./share.js";
+import { EventStream } from "./sse.js";
+import { Transcript, flatten } from "./transcript.js";
+import { showError } from "./util.js";
+import { WorkspacePanel } from "./workspace.js";
+
+const boot = bootData();
+const sessionId = boot.session_id;
+const base = `/v1/sessions/${encodeURIComponent(sessionId)}`;
+
+const $ = (id) => document.getElementById(id);
+const transcript = new Transcript($("transcript"), { sessionId, onFork: fork });
+const approvals = new ApprovalCards(sessionId, $("approvals"));
+const workspace = new WorkspacePanel(sessionId);
+const changes = new ChangesPanel(sessionId);
+const share = new ShareDialog(sessionId);
+const errorNode = $("session-error");
+const message = $("message");
+
+let session = null;
+let held = []; // stream events that arrived before the snapshot was drawn
+let loading = null;
+
+async function loadSnapshot() {
+  if (loading) return loading;
+  loading = (async () => {
+    held = held ?? [];
+    const snapshot = await get(base);
+    session = snapshot;
+    transcript.reset();
+    transcript.addMany(snapshot.items.map(flatten));
+    if (snapshot.status === "failed" && snapshot.last_task_error) {
+      transcript.error("last", snapshot.last_task_error.message);
+    }
+    drawHeader();
+    approvals.reset(snapshot.pending_elicitations, snapshot.permission_level >= 2);
+    if (snapshot.permission_level >= 2 || snapshot.share_workspace_files) {
+      workspace.show({ canEdit: snapshot.permission_level >= 2 }).catch(() => {});
+    }
+    const pending = held;
+    held = null;
+    for (const event of pending) apply(event);
+    changes.reload().catch(() => {});
+    document.body.dataset.ready = "1";
+    performance.mark("omnigent-session-ready");
+  })();
+  try {
+    await loading;
+  } finally {
+    loading = null;
+  }
+}
+
+function drawHeader() {
+  const level = session.permission_level;
+  document.title = `${session.title || "Untitled session"} · Omnigent`;
+  $("title").textContent = session.title || "Untitled session";
+  $("agent").textContent = session.agent_name;
+  $("edit-title").hidden = level < 2;
+  $("share").hidden = level < 3;
+  drawStatus();
+  drawRunner();
+  $("composer").hidden = level < 2;
+  if (level < 2) {
+    $("composer-note").textContent = "";
+    const note = $("session-error");
+    note.textContent = "You have read access: you can watch this session.";
+    note.hidden = false;
+    note.classList.add("note");
+  }
+}
+
+function drawStatus() {
+  const status = $("status");
+  status.textContent = session.status;
+  status.dataset.status = session.status;
+  const busy = session.status === "running" || session.status === "waiting";
+  $("stop").hidden = !busy || session.permission_level < 2;
+  $("transcript").setAttribute("aria-busy", busy ? "true" : "false");
+}
+
+async function drawRunner() {
+  const dot = $("runner-dot");
+  dot.dataset.online = session.runner_id ? (session.runner_online ? "yes" : "no") : "none";
+  $("runner-label").textContent = session.runner_id
+    ? `runner ${session.runner_online ? "online" : "offline"}`
+    : "no runner";
+  const select = $("runner-select");
+  if (session.permission_level < 4) return;
+  const runners = await get("/v1/runners").catch(() => ({ data: [] }));
+  const options = [new Option("No runner", "")];
+  for (const runner of runners.data) {
+    if (runner.online || runner.runner_id === session.runner_id) {
+      options.push(new Option(runner.name || runner.runner_id, runner.runner_id));
+    }
+  }
+  select.replaceChildren(...options);
+  select.value = session.runner_id ?? "";
+  select.hidden = false;
+}
+
+function apply(event) {
+  if (held) {
+    held.push(event);
+    return;
+  }
+  switch (event.type) {
+    case "session.status":
+      session.status = event.status;
+      drawStatus();
+      if (event.status === "failed" && event.error) {
+        transcript.error(event.response_id ?? "status", event.error.message);
+      }
+      break;
+    case "session.input.consumed":
+      transcript.add({ id: event.data.item_id, type: event.data.type, ...event.data.data });
+      break;
+    case "response.output_text.delta":
+      transcript.delta(event.item_id, event.delta);
+      break;
+    case "response.output_item.done":
+      transcript.add(event.item);
+      break;
+    case "response.failed":
+      if (event.response?.error) transcript.error(event.response.id, event.response.error.message);
+      break;
+    case "response.elicitation_request":
+      approvals.requested(event);
+      break;
+    case "response.elicitation_resolved":
+      approvals.resolved(event);
+      break;
+    case "session.changed_files.invalidated":
+      changes.reload().catch(() => {});
+      workspace.refresh();
+      break;
+    case "session.resync":
+      held = [];
+      loadSnapshot();
+      break;
+    default:
+      break;
+  }
+}
+
+let everLive = false;
+const stream = new EventStream(`${base}/stream`, {
+  onEvent: apply,
+  onState(state, error) {
+    $("session").dataset.stream = state;
+    if (state === "gone") {
+      showError(errorNode, new Error(error?.status === 404 ? "This session does not exist, or you have no access to it." : "You no longer have access to this session."));
+      $("composer").hidden = true;
+    } else if (state === "live") {
+      if (!everLive || stream.lastId === null) {
+        everLive = true;
+        if (!held) held = [];
+        loadSnapshot().catch((failure) => showError(errorNode, failure));
+      }
+    }
+  },
+});
+window.omnigentSession = { stream, transcript };
+stream.start();
+
+// --- composer -------------------------------------------------------------------
+
+async function send() {
+  const text = message.value;
+  const files = [...($("attach").files ?? [])];
+  if (!text.trim() && !files.length) return;
+  $("send").disabled = true;
+  showError(errorNode, null);
+  try {
+    const content = [];
+    if (text.trim()) content.push({ type: "input_text", text });
+    content.push(...(await uploadAll(sessionId, files)));
+    await api("POST", `${base}/events`, { type: "message", data: { role: "user", content } });
+    message.value = "";
+    $("attach").value = "";
+    $("composer-note").textContent = "";
+  } catch (error) {
+    showError(errorNode, error);
+  } finally {
+    $("send").disabled = false;
+    message.focus();
+  }
+}
+
+$("composer").addEventListener("submit", (event) => {
+  event.preventDefault();
+  send();
+});
+message.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+    event.preventDefault();
+    send();
+  }
+});
+$("stop").addEventListener("click", async () => {
+  try {
+    await api("POST", `${base}/events`, { type: "interrupt" });
+  } catch (error) {
+    showError(errorNode, error);
+  }
+});
+
+// --- header controls --------------------------------------------------------------
+
+$("edit-title").addEventListener("click", () => {
+  $("title-input").value = session.title ?? "";
+  $("title-form").hidden = false;
+  $("edit-title").hidden = true;
+  $("title-input").focus();
+});
+$("title-cancel").addEventListener("click", () => {
+  $("title-form").hidden = true;
+  $("edit-title").hidden = false;
+});
+$("title-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  try {
+    const updated = await api("PATCH", base, { title: $("title-input").value.trim() || null });
+    session = { ...session, ...updated };
+    $("title-form").hidden = true;
+    drawHeader();
+  } catch (error) {
+    showError(errorNode, error);
+  }
+});
+$("runner-select").addEventListener("change", async (event) => {
+  try {
+    const updated = await api("PATCH", base, { runner_id: event.target.value });
+    session = { ...session, ...updated };
+    drawRunner();
+  } catch (error) {
+    showError(errorNode, error);
+    drawRunner();
+  }
+});
+$("attach").addEventListener("change", () => {
+  const names = [...$("attach").files].map((file) => file.name);
+  $("composer-note").textContent = names.length ? `Attached: ${names.join(", ")}` : "";
+});
+
+async function fork(responseId) {
+  try {
+    const body = responseId ? { up_to_response_id: responseId } : {};
+    const created = await api("POST", `${base}/fork`, body);
+    window.location.assign(`/s/${encodeURIComponent(created.id)}`);
+  } catch (error) {
+    showError(errorNode, error);
+  }
+}
+$("fork").addEventListener("click", () => fork(null));
+
+$("share").addEventListener("click", () => share.open().catch((error) => showError(errorNode, error)));

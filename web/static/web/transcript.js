@@ -1,0 +1,199 @@
+// The transcript as a conversation (web.md, Session): user messages, the assistant's
+// Markdown, tool calls as collapsible cards (name, arguments, output, duration, status),
+// errors in red. Items are keyed by id, so an item seen twice (snapshot and stream, or a
+// replay after a reconnect) is replaced, never shown twice.
+import { renderMarkdown } from "./markdown.js";
+import { el } from "./util.js";
+
+export class Transcript {
+  constructor(root, { sessionId, onFork } = {}) {
+    this.root = root;
+    this.sessionId = sessionId;
+    this.onFork = onFork;
+    this.nodes = new Map(); // item id -> <li>
+    this.calls = new Map(); // call_id -> { card, startedAt }
+    this.streaming = new Map(); // item id -> { text, node, scheduled }
+    this.done = new Set(); // item ids already final
+  }
+
+  reset() {
+    this.nodes.clear();
+    this.calls.clear();
+    this.streaming.clear();
+    this.done.clear();
+    this.root.replaceChildren();
+  }
+
+  // Items in the flat shape (the snapshot's nested ones are flattened by the caller).
+  addMany(items) {
+    const fragment = document.createDocumentFragment();
+    for (const item of items) this.add(item, fragment);
+    this.root.append(fragment);
+  }
+
+  add(item, parent = this.root) {
+    this.done.add(item.id);
+    this.streaming.delete(item.id);
+    if (item.type === "function_call_output") {
+      this.attachOutput(item);
+      return;
+    }
+    const node = this.render(item);
+    if (!node) return;
+    const existing = this.nodes.get(item.id);
+    if (existing) existing.replaceWith(node);
+    else parent.append(node);
+    this.nodes.set(item.id, node);
+  }
+
+  render(item) {
+    if (item.type === "message") return this.message(item);
+    if (item.type === "function_call") return this.call(item);
+    if (item.type === "reasoning") return null;
+    return el(
+      "li",
+      { class: "entry other", dataset: { id: item.id } },
+      el("details", {}, el("summary", { text: item.type }), el("pre", { text: JSON.stringify(item, null, 2) })),
+    );
+  }
+
+  message(item) {
+    const role = item.role ?? "user";
+    const text = (item.content ?? [])
+      .map((part) => (typeof part === "string" ? part : part.text ?? ""))
+      .join("");
+    const body = el("div", { class: "bubble" });
+    if (role === "assistant") body.append(renderMarkdown(text));
+    else body.textContent = text;
+    const files = (item.content ?? []).filter(
+      (part) => part?.type === "input_file" || part?.type === "input_image",
+    );
+    const fork =
+      role === "assistant" && item.response_id && this.onFork
+        ? el("button", {
+            type: "button",
+            class: "link fork-here",
+            text: "Fork from here",
+            onclick: () => this.onFork(item.response_id),
+          })
+        : null;
+    return el(
+      "li",
+      { class: `entry ${role === "assistant" ? "assistant" : "user"}`, dataset: { id: item.id } },
+      el("span", { class: "who", text: role === "assistant" ? "Agent" : item.created_by || "You" }),
+      body,
+      files.length
+        ? el(
+            "ul",
+            { class: "attachments" },
+            files.map((part) =>
+              el(
+                "li",
+                {},
+                el("a", {
+                  href: `/v1/sessions/${encodeURIComponent(this.sessionId)}/resources/files/${encodeURIComponent(part.file_id)}/content`,
+                  download: part.filename ?? "",
+                  text: `Attached: ${part.filename ?? part.file_id}`,
+                }),
+              ),
+            ),
+          )
+        : null,
+      fork,
+    );
+  }
+
+  call(item) {
+    const previous = this.calls.get(item.call_id);
+    const startedAt = previous?.startedAt ?? item.created_at ?? Date.now() / 1000;
+    let args = item.arguments ?? "";
+    try {
+      args = JSON.stringify(JSON.parse(args), null, 2);
+    } catch {
+      // not JSON: shown as sent
+    }
+    // The call item is complete once the model made it; until its output arrives the
+    // tool is still running (or waiting for an approval).
+    const shown = previous?.output == null && item.status === "completed" ? "running" : item.status;
+    const status = el("span", { class: "call-status", dataset: { status: shown }, text: shown });
+    const output = el("pre", { class: "call-output", text: previous?.output ?? "" });
+    const duration = el("span", { class: "call-duration" });
+    const card = el(
+      "li",
+      { class: "entry tool", dataset: { id: item.id, callId: item.call_id } },
+      el(
+        "details",
+        {},
+        el("summary", {}, el("span", { class: "tool-name", text: item.name }), status, duration),
+        el("h4", { text: "Arguments" }),
+        el("pre", { class: "call-args", text: args }),
+        el("h4", { text: "Output" }),
+        output,
+      ),
+    );
+    const entry = { card, startedAt, output: previous?.output ?? null, status, outputNode: output, duration };
+    this.calls.set(item.call_id, entry);
+    if (previous?.finishedAt) this.finish(entry, previous.finishedAt);
+    return card;
+  }
+
+  attachOutput(item) {
+    let entry = this.calls.get(item.call_id);
+    if (!entry) {
+      entry = { startedAt: item.created_at, output: item.output };
+      this.calls.set(item.call_id, entry);
+      return;
+    }
+    entry.output = item.output ?? "";
+    entry.outputNode.textContent = entry.output;
+    entry.status.textContent = "completed";
+    entry.status.dataset.status = "completed";
+    this.finish(entry, item.created_at ?? Date.now() / 1000);
+  }
+
+  finish(entry, finishedAt) {
+    entry.finishedAt = finishedAt;
+    const seconds = Math.max(0, finishedAt - entry.startedAt);
+    entry.duration.textContent = seconds < 1 ? "<1 s" : `${Math.round(seconds)} s`;
+  }
+
+  // Streaming text: appended as it arrives; rendered as Markdown at most once a frame.
+  delta(itemId, text) {
+    if (this.done.has(itemId)) return;
+    let entry = this.streaming.get(itemId);
+    if (!entry) {
+      const bubble = el("div", { class: "bubble streaming" });
+      const node = el(
+        "li",
+        { class: "entry assistant", dataset: { id: itemId } },
+        el("span", { class: "who", text: "Agent" }),
+        bubble,
+      );
+      this.root.append(node);
+      this.nodes.set(itemId, node);
+      entry = { text: "", bubble, scheduled: false };
+      this.streaming.set(itemId, entry);
+    }
+    entry.text += text;
+    if (!entry.scheduled) {
+      entry.scheduled = true;
+      requestAnimationFrame(() => {
+        entry.scheduled = false;
+        if (this.streaming.get(itemId) === entry) entry.bubble.replaceChildren(renderMarkdown(entry.text));
+      });
+    }
+  }
+
+  error(id, message) {
+    const key = `error-${id}`;
+    if (this.nodes.has(key)) return;
+    const node = el("li", { class: "entry error", role: "alert", text: message });
+    this.root.append(node);
+    this.nodes.set(key, node);
+  }
+}
+
+// The snapshot's nested item ({…header, data}) in the flat shape of the stream.
+export function flatten(item) {
+  return { ...item.data, ...item, data: undefined };
+}

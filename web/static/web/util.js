@@ -1,0 +1,51 @@
+// Small DOM helpers. Text is always inserted as text (textContent), never as HTML.
+
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+export function relativeTime(seconds, now = Date.now() / 1000) {
+  const delta = Math.max(0, Math.round(now - seconds));
+  if (delta < 45) return "just now";
+  if (delta < 90) return "1 min ago";
+  if (delta < 3600) return `${Math.round(delta / 60)} min ago`;
+  if (delta < 5400) return "1 h ago";
+  if (delta < 86400) return `${Math.round(delta / 3600)} h ago`;
+  if (delta < 2 * 86400) return "yesterday";
+  return `${Math.round(delta / 86400)} days ago`;
+}
+
+export function isoTime(seconds) {
+  return new Date(seconds * 1000).toISOString();
+}
+
+export function showError(node, error) {
+  if (!node) return;
+  if (!error) {
+    node.hidden = true;
+    node.textContent = "";
+    return;
+  }
+  node.textContent = error.message ?? String(error);
+  node.hidden = false;
+}
+
+export const STATUS_LABELS = {
+  running: "running",
+  waiting: "waiting",
+  idle: "idle",
+  failed: "failed",
+};
