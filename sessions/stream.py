@@ -10,61 +10,24 @@ from the log first.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
 
 from omnigent_site.domain_errors import InvalidInput
 from omnigent_site.runtime.flow import WriteWatch
-from omnigent_site.runtime.shutdown import stopping
 
-from .eventlog import session_group, sse_frame
+from .eventlog import session_group
 from .models import Session, SessionEvent
+from .sse import DONE, GroupFeed, frame
 
 log = logging.getLogger(__name__)
 
 REPLAY_BATCH = 500
-INBOX_SIZE = 1000
-DONE = b"data: [DONE]\n\n"
-HEARTBEAT: dict[str, Any] = {"type": "stream.heartbeat"}
-# A stream joins its session's group again this often (channel layers expire members).
-GROUP_REFRESH_S = 3600.0
-
-
-def _offer(inbox: asyncio.Queue[dict[str, Any]], message: dict[str, Any]) -> None:
-    """Put without waiting; a full inbox already has something to wake the stream."""
-    try:
-        inbox.put_nowait(message)
-    except asyncio.QueueFull:
-        pass
-
-
-async def _pump(layer: Any, channel: str, inbox: asyncio.Queue[dict[str, Any]]) -> None:
-    """Move group messages into the inbox (a full inbox holds the layer's channel back;
-    what the layer then drops is read back from the log)."""
-    while True:
-        await inbox.put(await layer.receive(channel))
-
-
-async def _on_stop(inbox: asyncio.Queue[dict[str, Any]]) -> None:
-    await stopping().wait()
-    while True:
-        try:
-            inbox.put_nowait({"type": "server.stop"})
-            return
-        except asyncio.QueueFull:
-            inbox.get_nowait()  # make room: the stream ends anyway
-
-
-def frame(payload: dict[str, Any], *, seq: int | None = None) -> bytes:
-    return sse_frame(payload, seq=seq).encode("utf-8")
 
 
 # A resume point is an event id: 1 to 19 ASCII digits, at most the largest int64.
@@ -134,59 +97,27 @@ class SessionStream:
         self.sent_while_paused = 0
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        layer = get_channel_layer()
-        assert layer is not None, "CHANNEL_LAYERS is configured in settings"
-        channel = await layer.new_channel()
-        group = session_group(self.session_id)
-        await layer.group_add(group, channel)
-        self.watch.start()
-        # One inbox for everything that can wake the stream: group messages (a pump
-        # task), the server stopping, and the heartbeat timer. Whatever has piled up
-        # is written as one chunk, so a busy stream costs one write per batch, not
-        # one per event.
-        inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue(maxsize=INBOX_SIZE)
-        pump = asyncio.ensure_future(_pump(layer, channel, inbox))
-        shutdown = asyncio.ensure_future(_on_stop(inbox))
-        heartbeat: asyncio.TimerHandle | None = None
-        try:
-            yield frame({"type": "session.heartbeat", "session_id": self.session_id})
-            bounds = await log_bounds(self.session_id)
-            if bounds is None:
-                yield DONE
-                return
-            async for chunk in self._replay(bounds):
-                yield chunk
-            loop = asyncio.get_running_loop()
-            joined = time.monotonic()
-            while True:
-                if time.monotonic() - joined > GROUP_REFRESH_S:
-                    # Channel layers drop group members after ``group_expiry`` (a day by
-                    # default); joining again renews the membership of a long stream.
-                    await layer.group_add(group, channel)
-                    joined = time.monotonic()
-                heartbeat = loop.call_later(
-                    settings.OMNIGENT_STREAM_HEARTBEAT_S, _offer, inbox, HEARTBEAT
-                )
-                batch = [await inbox.get()]
-                heartbeat.cancel()
-                while not inbox.empty():
-                    batch.append(inbox.get_nowait())
-                chunks: list[bytes] = []
-                ended = await self._render(batch, chunks)
-                if chunks:
-                    yield b"".join(chunks)
-                if ended:
-                    return
-        finally:
-            if heartbeat is not None:
-                heartbeat.cancel()
-            pump.cancel()
-            shutdown.cancel()
-            self.watch.stop()
+        # The group is joined before the log is read: nothing published in between
+        # is missed, and what arrives twice is dropped by sequence number.
+        async with GroupFeed(session_group(self.session_id)) as feed:
+            self.watch.start()
             try:
-                await asyncio.shield(layer.group_discard(group, channel))
-            except Exception:  # noqa: BLE001 - the group entry expires on its own
-                log.debug("could not leave %s", group, exc_info=True)
+                yield frame({"type": "session.heartbeat", "session_id": self.session_id})
+                bounds = await log_bounds(self.session_id)
+                if bounds is None:
+                    yield DONE
+                    return
+                async for chunk in self._replay(bounds):
+                    yield chunk
+                async for batch in feed.batches():
+                    chunks: list[bytes] = []
+                    ended = await self._render(batch, chunks)
+                    if chunks:
+                        yield b"".join(chunks)
+                    if ended:
+                        return
+            finally:
+                self.watch.stop()
 
     async def _render(self, batch: list[dict[str, Any]], chunks: list[bytes]) -> bool:
         """Append the frames for ``batch`` to ``chunks``; True when the stream must end."""

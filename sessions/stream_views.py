@@ -67,39 +67,43 @@ class EventStreamRenderer(BaseRenderer):
         return json.dumps(data).encode("utf-8")
 
 
+def stream_parameters(*, after: str, last_event_id: str) -> list[OpenApiParameter]:
+    """The resume points a stream takes and the headers its 200 carries (OpenAPI)."""
+    return [
+        OpenApiParameter("after", RESUME_POINT_SCHEMA, description=after),
+        OpenApiParameter(
+            "Last-Event-ID",
+            RESUME_POINT_SCHEMA,
+            location=OpenApiParameter.HEADER,
+            description=last_event_id,
+        ),
+        OpenApiParameter(
+            "Cache-Control",
+            str,
+            location=OpenApiParameter.HEADER,
+            response=[200],
+            description="`no-cache`",
+        ),
+        OpenApiParameter(
+            "X-Accel-Buffering",
+            str,
+            location=OpenApiParameter.HEADER,
+            response=[200],
+            description="`no`: proxies must not buffer the stream",
+        ),
+    ]
+
+
 class SessionStreamView(SessionScopedMixin, AsyncAPIView):
     permission_classes = [IsAuthenticated, SessionAccess]
     session_with_agent = False
     renderer_classes = [JSONRenderer, EventStreamRenderer]
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter(
-                "after",
-                RESUME_POINT_SCHEMA,
-                description="resume after this event id (1 to 19 ASCII digits; else 400)",
-            ),
-            OpenApiParameter(
-                "Last-Event-ID",
-                RESUME_POINT_SCHEMA,
-                location=OpenApiParameter.HEADER,
-                description="resume point (wins over `after`)",
-            ),
-            OpenApiParameter(
-                "Cache-Control",
-                str,
-                location=OpenApiParameter.HEADER,
-                response=[200],
-                description="`no-cache`",
-            ),
-            OpenApiParameter(
-                "X-Accel-Buffering",
-                str,
-                location=OpenApiParameter.HEADER,
-                response=[200],
-                description="`no`: proxies must not buffer the stream",
-            ),
-        ],
+        parameters=stream_parameters(
+            after="resume after this event id (1 to 19 ASCII digits; else 400)",
+            last_event_id="resume point (wins over `after`)",
+        ),
         responses={
             (200, "text/event-stream"): OpenApiResponse(
                 EVENT_STREAM,

@@ -6,7 +6,7 @@ from typing import Any
 
 from adrf.views import APIView as AsyncAPIView
 from django.http import HttpResponseBase, StreamingHttpResponse
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -15,8 +15,8 @@ from omnigent_site.authentication import request_user
 from omnigent_site.schema import error_responses
 from omnigent_site.stream_slots import SlotStreamingResponse, claim_stream_slot
 
-from .stream import RESUME_POINT_SCHEMA, parse_resume_point
-from .stream_views import EventStreamRenderer, sse_event_schema
+from .stream import parse_resume_point
+from .stream_views import EventStreamRenderer, sse_event_schema, stream_parameters
 from .updates_stream import UpdatesStream
 
 UPDATES_STREAM = sse_event_schema(
@@ -35,31 +35,9 @@ class SessionUpdatesView(AsyncAPIView):
 
     @extend_schema(
         operation_id="sessions_updates",
-        parameters=[
-            OpenApiParameter(
-                "after", RESUME_POINT_SCHEMA, description="resume point: answers `session.resync`"
-            ),
-            OpenApiParameter(
-                "Last-Event-ID",
-                RESUME_POINT_SCHEMA,
-                location=OpenApiParameter.HEADER,
-                description="resume point",
-            ),
-            OpenApiParameter(
-                "Cache-Control",
-                str,
-                location=OpenApiParameter.HEADER,
-                response=[200],
-                description="`no-cache`",
-            ),
-            OpenApiParameter(
-                "X-Accel-Buffering",
-                str,
-                location=OpenApiParameter.HEADER,
-                response=[200],
-                description="`no`: proxies must not buffer the stream",
-            ),
-        ],
+        parameters=stream_parameters(
+            after="resume point: answers `session.resync`", last_event_id="resume point"
+        ),
         responses={
             (200, "text/event-stream"): OpenApiResponse(
                 UPDATES_STREAM, description="Live changes of the caller's session list."

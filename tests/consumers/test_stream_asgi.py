@@ -19,7 +19,7 @@ from django.db import transaction
 from omnigent_site.asgi import application, django_asgi_app
 from omnigent_site.runtime.handler import RequestThreadPool
 from omnigent_site.users import get_or_create_user
-from sessions import stream as stream_module
+from sessions import sse as sse_module
 from sessions.eventlog import record_event, session_group
 from sessions.models import SessionEvent
 from sessions.services import create_session_from_bundle
@@ -131,7 +131,7 @@ async def test_a_long_stream_joins_its_group_again_before_the_membership_expires
     make_bundle: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings.OMNIGENT_STREAM_HEARTBEAT_S = 0.05
-    monkeypatch.setattr(stream_module, "GROUP_REFRESH_S", 0.0)  # renew at every wake-up
+    monkeypatch.setattr(sse_module, "GROUP_REFRESH_S", 0.0)  # renew at every wake-up
     layer = get_channel_layer()
     session_id = await database_sync_to_async(_session)(make_bundle)
     group = session_group(session_id)
