@@ -57,7 +57,7 @@ bench: bootstrap-dev
 	$(BIN)/python bench/render.py
 	$(BIN)/python bench/hostile.py
 	$(BIN)/python bench/tunnel_drops.py --drops 200
-	$(BIN)/python bench/fuzz.py --max-examples 150
+	$(BIN)/python bench/fuzz.py --max-examples 150 --max-time 540
 	$(BIN)/python bench/policies.py
 	$(BIN)/python bench/files.py
 	$(BIN)/python bench/workspace.py
