@@ -10,9 +10,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.contrib.admin.utils import quote as admin_quote
 from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from django.utils import timezone
 
 from omnigent_runner import protocol
@@ -507,7 +509,11 @@ def test_the_session_admin_shows_its_rules_and_changes_are_audited(
         f"/v1/sessions/{session_id}/policies", {"rules": [rule]}, format="json"
     )
     assert response.status_code == 200
-    page = admin_client.get(f"/admin/agent_sessions/session/{session_id}/change/")
+    # Through the admin's own quoting: an id such as ``conv_22…`` reads as ``conv"…``
+    # when put in the URL as it is.
+    page = admin_client.get(
+        reverse("admin:agent_sessions_session_change", args=[admin_quote(session_id)])
+    )
     assert page.status_code == 200
     assert b"Effective policy rules" in page.content and b"no-shell" in page.content
     audit = admin_client.get("/admin/agent_sessions/policychange/")
