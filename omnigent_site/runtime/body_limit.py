@@ -18,7 +18,9 @@ Refused means: a ``413`` in the API's error format with ``Connection: close`` is
 written at once; whatever else the client sends is read and dropped (nothing is
 kept, so memory stays flat) for at most ``LINGER_S`` so the client gets to read the
 answer, then the connection is closed. The application never sees the request.
-Paths that are not registered behave exactly as before.
+Every other path gets the default limit (``default_limit``): Django's own caps on a
+body it would accept at all, so no API request body is stored whole before Django
+refuses it.
 """
 
 from __future__ import annotations
@@ -55,7 +57,23 @@ def limit_for(raw_target: bytes) -> int | None:
     for compiled, limit in _limits.values():
         if compiled.match(path):
             return int(limit())
-    return None
+    return default_limit()
+
+
+def default_limit() -> int | None:
+    """The largest body Django takes on a path with no limit of its own.
+
+    A JSON or form body is capped by ``DATA_UPLOAD_MAX_MEMORY_SIZE`` and the file part
+    of a multipart upload (a bundle) by the view, at ``FILE_UPLOAD_MAX_MEMORY_SIZE`` at
+    most; 1 MiB on top leaves room for the framing. ``None`` (Django's "no limit")
+    keeps it off.
+    """
+    from django.conf import settings
+
+    data = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if data is None:
+        return None
+    return max(int(data), int(settings.FILE_UPLOAD_MAX_MEMORY_SIZE)) + 1024 * 1024
 
 
 def refusal_bytes(limit: int) -> bytes:

@@ -192,7 +192,13 @@ def read_status(sock: socket.socket, deadline: float) -> bytes:
 
 
 def push_oversize(
-    server: Server, session_id: str, *, total: int, chunked: bool, expect: bool = False
+    server: Server,
+    session_id: str,
+    *,
+    total: int,
+    chunked: bool,
+    expect: bool = False,
+    path: str | None = None,
 ) -> tuple[bytes, int, int]:
     """Send a ``total``-byte multipart body.
 
@@ -206,7 +212,7 @@ def push_oversize(
         f'--{boundary}\r\nContent-Disposition: form-data; name="file"; filename="big.txt"\r\n\r\n'
     ).encode()
     headers = [
-        f"POST /v1/sessions/{session_id}/resources/files HTTP/1.1",
+        f"POST {path or f'/v1/sessions/{session_id}/resources/files'} HTTP/1.1",
         f"Host: {host}:{port}",
         "X-Forwarded-Email: alice@example.com",
         f"Content-Type: multipart/form-data; boundary={boundary}",
@@ -296,3 +302,20 @@ def test_an_oversize_upload_is_cut_off_with_flat_memory(
     assert upload(server, session_id, "fits.txt", b"b" * (MiB - 10))["metadata"]["bytes"] == (
         MiB - 10
     )
+
+
+def test_a_body_over_djangos_caps_is_refused_at_the_socket_on_any_path(
+    server: Server, make_bundle: Callable[..., bytes]
+) -> None:
+    """A bundle upload (or any API body) past what Django would take is refused from its
+    headers, not stored whole first (omnigent_site/runtime/body_limit.py, default)."""
+    session_id = create_session(server, make_bundle())
+    for path in ("/v1/sessions", "/v1/agents", f"/v1/sessions/{session_id}/events"):
+        answer, answered_after, _ = push_oversize(
+            server, session_id, total=200 * MiB, chunked=False, path=path
+        )
+        assert answer.startswith(b"HTTP/1.1 413"), (path, answer[:200])
+        assert answered_after < 100 * MiB, (path, answered_after)
+    # A body within the caps still reaches the view (here: a bundle it refuses as such).
+    with server.client() as client:
+        assert client.post("/v1/sessions", json={"title": "no agent"}).status_code == 400

@@ -231,14 +231,33 @@ def test_a_percent_encoded_path_is_caught(limited_request_class: type) -> None:
     assert channel.transport.written.startswith(b"HTTP/1.1 413")
 
 
-def test_other_paths_are_untouched(limited_request_class: type) -> None:
-    channel = FakeChannel(b"/elsewhere")
+def test_other_paths_take_what_django_would_take(
+    limited_request_class: type, settings: Any
+) -> None:
+    """Unregistered paths get the default limit: Django's caps plus 1 MiB of framing."""
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 2000
+    settings.FILE_UPLOAD_MAX_MEMORY_SIZE = 1000
+    limit = 2000 + 1024 * 1024
+    channel = FakeChannel(b"/v1/sessions")
     request = limited_request_class(channel)
-    request.gotLength(1000)
+    request.gotLength(limit)
     request.handleContentChunk(b"z" * 1000)
     assert channel.transport.written == b""
     request.content.seek(0)
     assert request.content.read() == b"z" * 1000
+    refused = FakeChannel(b"/v1/sessions")
+    limited_request_class(refused).gotLength(limit + 1)
+    assert refused.transport.written.startswith(b"HTTP/1.1 413")
+
+
+def test_no_django_limit_means_no_default_limit(
+    limited_request_class: type, settings: Any
+) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = None
+    channel = FakeChannel(b"/elsewhere")
+    request = limited_request_class(channel)
+    request.gotLength(10**12)
+    assert channel.transport.written == b""
 
 
 # --- what each model API receives --------------------------------------------------------
