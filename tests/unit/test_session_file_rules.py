@@ -250,9 +250,7 @@ def test_other_paths_take_what_django_would_take(
     assert refused.transport.written.startswith(b"HTTP/1.1 413")
 
 
-def test_no_django_limit_means_no_default_limit(
-    limited_request_class: type, settings: Any
-) -> None:
+def test_no_django_limit_means_no_default_limit(limited_request_class: type, settings: Any) -> None:
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = None
     channel = FakeChannel(b"/elsewhere")
     request = limited_request_class(channel)
