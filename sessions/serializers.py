@@ -18,7 +18,7 @@ from omnigent_site.json_input import (
     has_unstorable_text,
     loads_json,
 )
-from omnigent_site.strict_fields import StrictCharField, StrictIntegerField
+from omnigent_site.strict_fields import StrictBooleanField, StrictCharField, StrictIntegerField
 
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
@@ -32,15 +32,6 @@ class StrictSerializer(serializers.Serializer):
             if unknown:
                 raise serializers.ValidationError({key: ["unknown field"] for key in unknown})
         return super().to_internal_value(data)
-
-
-class StrictBooleanField(serializers.BooleanField):
-    """``true`` or ``false`` only: DRF's own also takes ``"yes"``, ``1`` and the like."""
-
-    def to_internal_value(self, data: Any) -> bool:
-        if not isinstance(data, bool):
-            raise serializers.ValidationError("must be true or false")
-        return data
 
 
 class LabelsField(serializers.DictField):

@@ -12,6 +12,8 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound, ValidationError
 
+from omnigent_site.strict_fields import StrictBooleanField, StrictCharField, StrictChoiceField
+
 ENVIRONMENTS = {"default"}
 
 
@@ -34,28 +36,12 @@ def check_relative_path(path: str) -> str:
 # --- the workspace through the server (files.md §2) ---------------------------------------
 
 
-class StrictCharField(serializers.CharField):
-    """A string, never a number or boolean turned into one (http-api.md, Input strictness)."""
-
-    def to_internal_value(self, data: Any) -> str:
-        if not isinstance(data, str):
-            raise serializers.ValidationError("must be a string")
-        return str(super().to_internal_value(data))
-
-
-class StrictBoolField(serializers.BooleanField):
-    def to_internal_value(self, data: Any) -> bool:
-        if not isinstance(data, bool):
-            raise serializers.ValidationError("must be true or false")
-        return data
-
-
 class WorkspaceWriteSerializer(serializers.Serializer):
     """``PUT …/filesystem/{path}``: the file's whole new content."""
 
     content = StrictCharField(allow_blank=True, trim_whitespace=False)
-    encoding = serializers.ChoiceField(choices=["utf-8", "base64"], default="utf-8")
-    create_parents = StrictBoolField(default=False)
+    encoding = StrictChoiceField(choices=["utf-8", "base64"], default="utf-8")
+    create_parents = StrictBooleanField(default=False)
 
 
 class WorkspaceEditSerializer(serializers.Serializer):
@@ -63,7 +49,7 @@ class WorkspaceEditSerializer(serializers.Serializer):
 
     old_text = StrictCharField(trim_whitespace=False)
     new_text = StrictCharField(allow_blank=True, trim_whitespace=False)
-    replace_all = StrictBoolField(default=False)
+    replace_all = StrictBooleanField(default=False)
 
 
 def query_flag(query: Any, name: str) -> bool:

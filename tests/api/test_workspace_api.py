@@ -226,6 +226,17 @@ def test_put_patch_delete(
     assert_error(
         put(alice, session_id, "x", content="x", create_parents="yes"), 400, "invalid_input"
     )
+    # Types are checked, not coerced (http-api.md, Input strictness).
+    for wrong in ({"encoding": 5}, {"encoding": ["utf-8"]}, {"create_parents": 1}):
+        response = put(alice, session_id, "x", content="x", **wrong)
+        assert_error(response, 400, "invalid_input")
+        assert set(response.json()["error"]["fields"]) == set(wrong)
+    for wrong in ({"replace_all": "true"}, {"old_text": 1}, {"new_text": None}):
+        response = patch(
+            alice, session_id, "docs/new.txt", **{"old_text": "a", "new_text": "b", **wrong}
+        )
+        assert_error(response, 400, "invalid_input")
+        assert set(response.json()["error"]["fields"]) == set(wrong)
     with override_settings(OMNIGENT_WORKSPACE_WRITE_MAX_BYTES=4):
         assert_error(put(alice, session_id, "x", content="12345"), 413, "payload_too_large")
         assert_error(
