@@ -94,10 +94,39 @@ def stream_parameters(*, after: str, last_event_id: str) -> list[OpenApiParamete
     ]
 
 
-class SessionStreamView(SessionScopedMixin, AsyncAPIView):
+def event_stream_response(stream: Any, request: Request) -> StreamingHttpResponse:
+    """The streaming response of an SSE view, holding one of the user's stream slots
+    (``omnigent_site/stream_slots.py``) until it ends.
+
+    Called last in the view: nothing may raise between taking the slot and the
+    response that gives it back.
+    """
+    slot = claim_stream_slot(request.user)
+    response = SlotStreamingResponse(stream, slot=slot, content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+# An SSE view: events when it streams, error bodies as JSON whatever was asked for. (A
+# comment, not a docstring: the schema would take a docstring as each view's description.)
+class EventStreamViewMixin:
+    renderer_classes = [JSONRenderer, EventStreamRenderer]
+
+    def finalize_response(
+        self, request: Request, response: HttpResponseBase, *args: Any, **kwargs: Any
+    ) -> HttpResponseBase:
+        if not isinstance(response, StreamingHttpResponse):
+            request.accepted_renderer = JSONRenderer()
+            request.accepted_media_type = "application/json"
+        return super().finalize_response(  # type: ignore[misc, no-any-return]
+            request, response, *args, **kwargs
+        )
+
+
+class SessionStreamView(EventStreamViewMixin, SessionScopedMixin, AsyncAPIView):
     permission_classes = [IsAuthenticated, SessionAccess]
     session_with_agent = False
-    renderer_classes = [JSONRenderer, EventStreamRenderer]
 
     @extend_schema(
         parameters=stream_parameters(
@@ -118,19 +147,4 @@ class SessionStreamView(SessionScopedMixin, AsyncAPIView):
         )
         scope = getattr(request._request, "scope", {}) or {}
         stream = SessionStream(session_id=session_id, after=after, watch=scope.get(SCOPE_KEY))
-        # Last before the response: nothing may raise between taking the slot and the
-        # response that gives it back.
-        slot = claim_stream_slot(request.user)
-        response = SlotStreamingResponse(stream, slot=slot, content_type="text/event-stream")
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return response
-
-    def finalize_response(
-        self, request: Request, response: HttpResponseBase, *args: Any, **kwargs: Any
-    ) -> HttpResponseBase:
-        # Error bodies are JSON whatever the client asked for.
-        if not isinstance(response, StreamingHttpResponse):
-            request.accepted_renderer = JSONRenderer()
-            request.accepted_media_type = "application/json"
-        return super().finalize_response(request, response, *args, **kwargs)
+        return event_stream_response(stream, request)

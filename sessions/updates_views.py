@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from adrf.views import APIView as AsyncAPIView
-from django.http import HttpResponseBase, StreamingHttpResponse
+from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.permissions import IsAuthenticated
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
 from omnigent_site.authentication import request_user
 from omnigent_site.schema import error_responses
-from omnigent_site.stream_slots import SlotStreamingResponse, claim_stream_slot
 
 from .stream import parse_resume_point
-from .stream_views import EventStreamRenderer, sse_event_schema, stream_parameters
+from .stream_views import (
+    EventStreamViewMixin,
+    event_stream_response,
+    sse_event_schema,
+    stream_parameters,
+)
 from .updates_stream import UpdatesStream
 
 UPDATES_STREAM = sse_event_schema(
@@ -29,9 +30,8 @@ UPDATES_STREAM = sse_event_schema(
 )
 
 
-class SessionUpdatesView(AsyncAPIView):
+class SessionUpdatesView(EventStreamViewMixin, AsyncAPIView):
     permission_classes = [IsAuthenticated]
-    renderer_classes = [JSONRenderer, EventStreamRenderer]
 
     @extend_schema(
         operation_id="sessions_updates",
@@ -53,18 +53,4 @@ class SessionUpdatesView(AsyncAPIView):
             is not None
         )
         stream = UpdatesStream(user_pk=request_user(request).pk, resumed=resumed)
-        # Open streams per user (omnigent_site/stream_slots.py), as for a session stream.
-        slot = claim_stream_slot(request.user)
-        response = SlotStreamingResponse(stream, slot=slot, content_type="text/event-stream")
-        response["Cache-Control"] = "no-cache"
-        response["X-Accel-Buffering"] = "no"
-        return response
-
-    def finalize_response(
-        self, request: Request, response: HttpResponseBase, *args: Any, **kwargs: Any
-    ) -> HttpResponseBase:
-        # Error bodies are JSON whatever the client asked for.
-        if not isinstance(response, StreamingHttpResponse):
-            request.accepted_renderer = JSONRenderer()
-            request.accepted_media_type = "application/json"
-        return super().finalize_response(request, response, *args, **kwargs)
+        return event_stream_response(stream, request)
