@@ -96,7 +96,13 @@ def test_sign_in_create_chat_diff_stop_share_and_live_list(
     assert XSS in row.inner_text()  # a title is text, never markup
     assert page.locator("li.session-row img").count() == 0
 
-    # New session from a bundle file, bound to the online runner; opens the session page.
+    # Another tab creates a session from a bundle file, bound to the online runner, and
+    # opens its page; the first tab's list shows it without a reload.
+    list_page = page
+    page = context.new_page()
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.goto(f"{server.url}/")
     bundle = tmp_path / "helper.tar.gz"
     bundle.write_bytes(make_bundle("file-helper", extra=OS_ENV))
     page.click("#new-session")
@@ -107,6 +113,8 @@ def test_sign_in_create_chat_diff_stop_share_and_live_list(
     page.click("#create")
     page.wait_for_url("**/s/conv_*")
     session_id = page.url.rsplit("/", 1)[1]
+    created_row = list_page.wait_for_selector(f"li.session-row[data-id='{session_id}']")
+    assert "Write a greeting" in created_row.inner_text()
     page.wait_for_selector("body[data-ready='1']")
     assert page.inner_text("#title") == "Write a greeting"
     assert page.inner_text("#runner-label") == "runner online"
@@ -343,7 +351,10 @@ def test_approve_decline_attach_edit_a_file_and_fork(
     )  # fmt: skip
     notes = tmp_path / "notes.txt"
     notes.write_text("attached notes for the agent\n")
-    page.set_input_files("#attach", str(notes))
+    # A file name is text too, never markup (XSS holds no path separator).
+    hostile = tmp_path / f"{XSS}.txt"
+    hostile.write_text("a file with a hostile name\n")
+    page.set_input_files("#attach", [str(notes), str(hostile)])
     send(page, "Write two files")
     first = page.wait_for_selector("#approvals li.approval")
     assert "yes.txt" in first.inner_text()
@@ -365,7 +376,14 @@ def test_approve_decline_attach_edit_a_file_and_fork(
     # The attachment went to the model with the message, and shows in the transcript.
     first_request = json.dumps(mock_llm.requests[0])
     assert "notes.txt" in first_request
-    assert page.locator("#transcript .attachments a").inner_text().endswith("notes.txt")
+    attached = page.locator("#transcript .attachments a")
+    assert attached.count() == 2
+    assert attached.nth(0).inner_text().endswith("notes.txt")
+    # Shown as the text it is (the browser sent the name's quotes as %22, the HTML
+    # form encoding's escape for them).
+    assert attached.nth(1).inner_text().endswith(XSS.replace('"', "%22") + ".txt")
+    assert page.locator("#transcript img").count() == 0
+    assert page.evaluate("() => document.body.dataset.pwned") is None
 
     # The workspace: open the approved file, edit it, save; it shows in the change set.
     page.wait_for_selector("#panel-workspace:not([hidden])")
