@@ -178,13 +178,20 @@ def start_server(
     def healthy() -> bool:
         if process.popen.poll() is not None:
             raise RuntimeError(f"{name} exited: {process.log()[-2000:]}")
-        return httpx.get(f"{url}/health", timeout=2.0).status_code == 200
+        # Longer than /health's own 3 s bound on its checks, so a slow server says 503.
+        return httpx.get(f"{url}/health", timeout=5.0).status_code == 200
 
     try:
         wait_until(healthy, deadline_s=START_DEADLINE_S, what=f"{name} to answer /health")
-    except TimeoutError as exc:
-        # The fixture that started it never sees the process: say what it printed.
-        raise TimeoutError(f"{exc}; its log ends with:\n{process.log()[-2000:]}") from None
+    except BaseException as exc:
+        # The caller never sees a process that failed to start: stop it here (unless
+        # ``stack`` does), and say what it printed.
+        log_tail = process.log()[-2000:]
+        if stack is None:
+            process.stop()
+        if isinstance(exc, TimeoutError):
+            raise TimeoutError(f"{exc}; its log ends with:\n{log_tail}") from None
+        raise
     return Server(url=url, process=process, env=env)
 
 
