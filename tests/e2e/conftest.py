@@ -25,7 +25,7 @@ from testing.processes import (
     start_server,
     wait_until,
 )
-from tests.conftest import require_service
+from tests.conftest import IN_CI, require_service
 
 pytestmark = pytest.mark.e2e
 
@@ -98,6 +98,25 @@ def workspace(tmp_path: Path) -> Path:
     path = tmp_path / "workspace"
     path.mkdir()
     return path
+
+
+def in_git_checkout(path: Path) -> bool:
+    return any((d / ".git").exists() for d in (path.resolve(), *path.resolve().parents))
+
+
+@pytest.fixture
+def plain_workspace(workspace: Path) -> Path:
+    """The runner workspace outside any git checkout, as agent_edit mode needs.
+
+    pytest's temporary folder is outside one on any usual machine; where it is not,
+    the test cannot run: a skip with the reason, and a failure in CI.
+    """
+    if in_git_checkout(workspace):
+        message = f"{workspace} is inside a git checkout: agent_edit mode cannot be tested"
+        if IN_CI:
+            pytest.fail(f"{message} (CI=true requires it)")
+        pytest.skip(message)
+    return workspace
 
 
 @pytest.fixture

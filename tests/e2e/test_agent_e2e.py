@@ -61,18 +61,6 @@ WEATHER_TOOL = {
 # --- helpers ----------------------------------------------------------------------------
 
 
-def in_git_checkout(path: Path) -> bool:
-    return any((d / ".git").exists() for d in (path.resolve(), *path.resolve().parents))
-
-
-@pytest.fixture
-def plain_workspace(workspace: Path) -> Path:
-    """The runner workspace, which must not be inside a git checkout for agent_edit mode."""
-    if in_git_checkout(workspace):
-        pytest.skip(f"{workspace} is inside a git checkout: agent_edit mode cannot be tested")
-    return workspace
-
-
 def call(call_id: str, name: str, **arguments: Any) -> dict[str, str]:
     return {"call_id": call_id, "name": name, "arguments": json.dumps(arguments)}
 

@@ -41,17 +41,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 OS_ENV = "os_env:\n  type: caller_process\n  cwd: .\n"
 
 
-def in_git_checkout(path: Path) -> bool:
-    return any((d / ".git").exists() for d in (path.resolve(), *path.resolve().parents))
-
-
-@pytest.fixture
-def plain_workspace(workspace: Path) -> Path:
-    if in_git_checkout(workspace):
-        pytest.skip(f"{workspace} is inside a git checkout: agent_edit mode cannot be tested")
-    return workspace
-
-
 def base(session_id: str) -> str:
     return f"/v1/sessions/{session_id}/resources/environments/default"
 
