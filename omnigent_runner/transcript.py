@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 Item = dict[str, Any]
@@ -96,24 +96,13 @@ def responses_user_content(item: Item) -> list[Item]:
     ``input_image`` → ``{"type": "input_image", "image_url": <data URI>}``; any other
     file → ``{"type": "input_file", "file_data": <data URI>, "filename"}``.
     """
-    parts: list[Item] = []
-    for part in item.get("content") or []:
-        if not isinstance(part, dict):
-            continue
-        text = _text_part(part)
-        if text is not None:
-            parts.append({"type": "input_text", "text": text})
-            continue
-        if part.get("type") not in _FILE_BLOCKS:
-            continue
-        uri = _data_uri(part)
-        if uri is None:
-            parts.append({"type": "input_text", "text": _missing_note(part)})
-        elif part["type"] == "input_image":
-            parts.append({"type": "input_image", "image_url": uri, "detail": "auto"})
-        else:
-            parts.append({"type": "input_file", "file_data": uri, "filename": _block_name(part)})
-    return parts
+
+    def file_part(part: Item, uri: str) -> Item:
+        if part["type"] == "input_image":
+            return {"type": "input_image", "image_url": uri, "detail": "auto"}
+        return {"type": "input_file", "file_data": uri, "filename": _block_name(part)}
+
+    return _user_content(item, text_type="input_text", file_part=file_part)
 
 
 def chat_user_content(item: Item) -> list[Item]:
@@ -124,27 +113,35 @@ def chat_user_content(item: Item) -> list[Item]:
     with ``file_data`` and ``filename``, which the SDK and OpenAI's API take (a server
     that does not is told by its own error).
     """
+
+    def file_part(part: Item, uri: str) -> Item:
+        if _media_type(uri).startswith("image/"):
+            return {"type": "image_url", "image_url": {"url": uri}}
+        if (decoded := _decoded_text(uri)) is not None:
+            return {"type": "text", "text": f"[file {_block_name(part)!r}]\n{decoded}"}
+        return {"type": "file", "file": {"file_data": uri, "filename": _block_name(part)}}
+
+    return _user_content(item, text_type="text", file_part=file_part)
+
+
+def _user_content(
+    item: Item, *, text_type: str, file_part: Callable[[Item, str], Item]
+) -> list[Item]:
+    """A user message's content parts in one API's form: text as ``text_type`` parts,
+    file blocks through ``file_part``, a file whose bytes are missing as a text note."""
     parts: list[Item] = []
     for part in item.get("content") or []:
         if not isinstance(part, dict):
             continue
         text = _text_part(part)
         if text is not None:
-            parts.append({"type": "text", "text": text})
-            continue
-        if part.get("type") not in _FILE_BLOCKS:
-            continue
-        uri = _data_uri(part)
-        if uri is None:
-            parts.append({"type": "text", "text": _missing_note(part)})
-        elif _media_type(uri).startswith("image/"):
-            parts.append({"type": "image_url", "image_url": {"url": uri}})
-        elif (decoded := _decoded_text(uri)) is not None:
-            parts.append({"type": "text", "text": f"[file {_block_name(part)!r}]\n{decoded}"})
-        else:
-            parts.append(
-                {"type": "file", "file": {"file_data": uri, "filename": _block_name(part)}}
-            )
+            parts.append({"type": text_type, "text": text})
+        elif part.get("type") in _FILE_BLOCKS:
+            uri = _data_uri(part)
+            if uri is None:
+                parts.append({"type": text_type, "text": _missing_note(part)})
+            else:
+                parts.append(file_part(part, uri))
     return parts
 
 
