@@ -30,7 +30,11 @@ def build_executor(config: RunnerConfig) -> SessionExecutor:
     """The agent executor, imported here so a config error never pays for (or trips on) it."""
     from omnigent_runner.agent import AgentExecutor
 
-    return AgentExecutor(workspace=config.workspace, isolate_sessions=config.isolate_session)
+    return AgentExecutor(
+        workspace=config.workspace,
+        isolate_sessions=config.isolate_session,
+        delta_interval_s=config.delta_interval_ms / 1000,
+    )
 
 
 def detect_vcs(workspace: Path) -> str:

@@ -25,6 +25,7 @@ from typing import Any
 
 from omnigent_runner import gate, protocol, workspace_rpc
 from omnigent_runner.bundles import AgentSpec, BundleError, max_yaml_bytes_from, parse_bundle
+from omnigent_runner.coalesce import DEFAULT_DELTA_INTERVAL_MS
 from omnigent_runner.executor import CommandRejected, EventSink
 from omnigent_runner.llm import ClientPool
 from omnigent_runner.protocol import AgentRef, JsonObject, PolicyRule, Verdict
@@ -51,6 +52,8 @@ class AgentExecutor:
     ``isolate_sessions`` gives every session its own folder ``workspace/<session_id>``.
     ``ask_grace_s`` is how long past a question's ``ask_timeout`` a parked call still
     waits for the server's verdict before it is treated as cancelled.
+    ``delta_interval_s`` is how often at most a streamed item's text is sent as one
+    coalesced delta event (0: every delta as it comes).
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class AgentExecutor:
         env: Mapping[str, str] | None = None,
         llm_max_retries: int = 2,
         ask_grace_s: float = gate.DEFAULT_ASK_GRACE_S,
+        delta_interval_s: float = DEFAULT_DELTA_INTERVAL_MS / 1000,
     ) -> None:
         self._workspace = Path(workspace)
         self._isolate = isolate_sessions
@@ -72,6 +76,7 @@ class AgentExecutor:
         self._turn_ids: OrderedDict[str, str] = OrderedDict()  # response_id -> session_id
         self._verdicts = gate.VerdictBook()
         self._ask_grace_s = ask_grace_s
+        self._delta_interval_s = delta_interval_s
         self._workspace_rpc = workspace_rpc.WorkspaceRpc(self._emit)
         # Workspaces of sessions without tools (no os_env), kept for their trackers.
         self._user_workspaces: dict[str, workspace_rpc.SessionWorkspace] = {}
@@ -302,6 +307,7 @@ class AgentExecutor:
                 env=self._env,
                 verdicts=self._verdicts,
                 ask_grace_s=self._ask_grace_s,
+                delta_interval_s=self._delta_interval_s,
             )
             task = asyncio.create_task(runner.run(), name=f"turn-{request.response_id}")
             session.current, session.current_task = request, task

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
+from omnigent_runner.coalesce import DEFAULT_DELTA_INTERVAL_MS, MAX_DELTA_INTERVAL_MS
 from omnigent_runner.identity import derive_runner_id
 
 DEFAULT_SERVER_URL = "http://127.0.0.1:8000"
@@ -30,6 +31,7 @@ ENV_WORKSPACE = "OMNIGENT_RUNNER_WORKSPACE"
 ENV_PARENT_PID = "OMNIGENT_RUNNER_PARENT_PID"
 ENV_ISOLATE = "OMNIGENT_RUNNER_ISOLATE_SESSION"
 ENV_LOG_LEVEL = "OMNIGENT_RUNNER_LOG_LEVEL"
+ENV_DELTA_INTERVAL = "OMNIGENT_RUNNER_DELTA_INTERVAL_MS"
 
 
 class ConfigError(Exception):
@@ -47,6 +49,8 @@ class RunnerConfig:
     parent_pid: int | None = None
     isolate_session: bool = False
     log_level: str = "INFO"
+    # Streamed text of an item goes out as at most one delta event per this many ms.
+    delta_interval_ms: int = DEFAULT_DELTA_INTERVAL_MS
 
     @property
     def tunnel_url(self) -> str:
@@ -92,6 +96,14 @@ def _build_parser() -> argparse.ArgumentParser:
         choices=_LOG_LEVELS,
         help=f"logging level (env {ENV_LOG_LEVEL}, default INFO)",
     )
+    parser.add_argument(
+        "--delta-interval-ms",
+        help=(
+            "send an item's streamed text at most once per this many milliseconds, "
+            f"0 to send every token (env {ENV_DELTA_INTERVAL}, "
+            f"default {DEFAULT_DELTA_INTERVAL_MS})"
+        ),
+    )
     return parser
 
 
@@ -133,6 +145,19 @@ def _parse_parent_pid(raw: str | None) -> int | None:
     if pid <= 0:
         raise ConfigError(f"{ENV_PARENT_PID} must be a positive process id, got {pid}")
     return pid
+
+
+def _parse_delta_interval(raw: str | None) -> int:
+    if raw is None:
+        return DEFAULT_DELTA_INTERVAL_MS
+    problem = (
+        f"{ENV_DELTA_INTERVAL} must be a whole number of milliseconds from 0 (off) "
+        f"to {MAX_DELTA_INTERVAL_MS}, got {raw!r}"
+    )
+    # Plain ASCII digits only: int() would also take "1_000", "+5" or non-Latin digits.
+    if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_DELTA_INTERVAL_MS:
+        raise ConfigError(problem)
+    return int(raw)
 
 
 def load_config(argv: list[str] | None, env: Mapping[str, str]) -> RunnerConfig:
@@ -178,4 +203,7 @@ def load_config(argv: list[str] | None, env: Mapping[str, str]) -> RunnerConfig:
         parent_pid=_parse_parent_pid(_pick(args.parent_pid, env, ENV_PARENT_PID)),
         isolate_session=isolate,
         log_level=log_level,
+        delta_interval_ms=_parse_delta_interval(
+            _pick(args.delta_interval_ms, env, ENV_DELTA_INTERVAL)
+        ),
     )

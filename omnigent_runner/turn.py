@@ -25,6 +25,7 @@ import openai
 
 from omnigent_runner import gate, protocol
 from omnigent_runner.bundles import AgentSpec
+from omnigent_runner.coalesce import DEFAULT_DELTA_INTERVAL_MS, DeltaCoalescer
 from omnigent_runner.llm import ClientPool, FunctionCall, LLMError, ModelRequest, call_model
 from omnigent_runner.tools import sys_os
 from omnigent_runner.tools.changes import ChangeTracker
@@ -89,6 +90,8 @@ class TurnRunner:
 
     ``run`` never raises except ``CancelledError``: every outcome is reported as
     ``response.completed``, ``response.failed`` or ``response.cancelled``.
+    ``delta_interval_s``: an item's streamed text goes out as at most one delta event per
+    interval (:mod:`omnigent_runner.coalesce`), the first at once; 0 sends every delta.
     """
 
     def __init__(
@@ -101,6 +104,7 @@ class TurnRunner:
         env: Mapping[str, str],
         verdicts: gate.VerdictBook | None = None,
         ask_grace_s: float = gate.DEFAULT_ASK_GRACE_S,
+        delta_interval_s: float = DEFAULT_DELTA_INTERVAL_MS / 1000,
     ) -> None:
         self.session = session
         self.request = request
@@ -113,6 +117,8 @@ class TurnRunner:
         # Built-in calls emitted as done whose output is not out yet: settled on failure.
         self._unanswered: dict[str, FunctionCall] = {}
         self._timer: asyncio.Timeout | None = None  # the turn's deadline (paused while asking)
+        # Text deltas go out through here; every other event flushes it first (``_emit``).
+        self._deltas = DeltaCoalescer(send=self._send_delta, interval_s=delta_interval_s)
         self._policy = gate.PolicyGate(
             session_id=session.session_id,
             response_id=request.response_id,
@@ -125,6 +131,14 @@ class TurnRunner:
     # --- outcome ------------------------------------------------------------------------
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            # However the turn ended (also cancelled while closing, or crashed), no
+            # buffered text is left behind and no timer fires after it.
+            self._deltas.flush()
+
+    async def _run(self) -> None:
         logger.info("turn %s of session %s started", self._rid, self.session.session_id)
         self._status("running")
         self._emit(protocol.ResponseCreated(response_id=self._rid))
@@ -458,7 +472,14 @@ class TurnRunner:
         self._emit(protocol.OutputItemDone(response_id=self._rid, item=item))
 
     def _delta(self, item_id: str, delta: str) -> None:
-        self._emit(protocol.OutputTextDelta(response_id=self._rid, item_id=item_id, delta=delta))
+        """Stream text of ``item_id``; the coalescer decides when it goes out."""
+        self._deltas.add(item_id, delta)
+
+    def _send_delta(self, item_id: str, delta: str) -> None:
+        if not self.session.closing:
+            self._emit_raw(
+                protocol.OutputTextDelta(response_id=self._rid, item_id=item_id, delta=delta)
+            )
 
     def _status(
         self, status: protocol.StatusName, *, error: protocol.ErrorInfo | None = None
@@ -466,6 +487,8 @@ class TurnRunner:
         self._emit(protocol.SessionStatus(status=status, response_id=self._rid, error=error))
 
     def _emit(self, event: protocol.AnyEvent) -> None:
+        """Send any event but a text delta: buffered text goes first, keeping the order."""
+        self._deltas.flush()
         if not self.session.closing:
             self._emit_raw(event)
 

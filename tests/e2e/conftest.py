@@ -127,9 +127,14 @@ def launch_runner(
     started: list[Runner] = []
 
     def launch(
-        server: Server, *, workspace: Path | None = None, via_url: str | None = None
+        server: Server,
+        *,
+        workspace: Path | None = None,
+        via_url: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> Runner:
-        """Register on ``server``; the runner dials ``via_url`` (a balancer) if given."""
+        """Register on ``server``; the runner dials ``via_url`` (a balancer) if given and
+        gets ``env`` on top of its usual environment."""
         runner_id, token = register_runner(server)
         if workspace is None:
             workspace = tmp_path / f"workspace-{len(started)}"
@@ -141,7 +146,11 @@ def launch_runner(
             runner_id=runner_id,
             workspace=workspace,
             log_dir=tmp_path,
-            extra_env={"OPENAI_BASE_URL": mock_llm.base_url, "OPENAI_API_KEY": "test-key"},
+            extra_env={
+                "OPENAI_BASE_URL": mock_llm.base_url,
+                "OPENAI_API_KEY": "test-key",
+                **(env or {}),
+            },
             name=f"runner-{len(started)}",
         )
         started.append(runner)

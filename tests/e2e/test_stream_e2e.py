@@ -263,7 +263,8 @@ def test_a_resume_point_older_than_retention_starts_with_resync(
     make_bundle: Callable[..., bytes],
 ) -> None:
     server = launch_server(OMNIGENT_EVENT_RETENTION="20")
-    runner_id = launch_runner(server).runner_id
+    # One event per word, so the turn outlasts the retention (text is coalesced otherwise).
+    runner_id = launch_runner(server, env={"OMNIGENT_RUNNER_DELTA_INTERVAL_MS": "0"}).runner_id
     session_id = create_session(server, make_bundle())
     bind(server, session_id, runner_id)
     mock_llm.configure([{"text": " ".join(f"w{i}" for i in range(150)), "stream": True}])

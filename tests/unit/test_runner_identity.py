@@ -79,6 +79,7 @@ def test_config_from_env(tmp_path: Path) -> None:
     assert config.parent_pid == 4242
     assert config.isolate_session is True
     assert config.log_level == "INFO"
+    assert config.delta_interval_ms == 40  # the default
     assert TOKEN not in repr(config)
 
 
@@ -125,6 +126,31 @@ def test_flags_override_env(tmp_path: Path) -> None:
     assert config.parent_pid == 77
     assert config.isolate_session is True
     assert config.log_level == "DEBUG"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env_value", "expected"),
+    [
+        ([], "0", 0),  # off: every delta as it comes
+        ([], " 25 ", 25),
+        ([], "1000", 1000),
+        ([], "", 40),  # empty counts as unset
+        (["--delta-interval-ms", "5"], "100", 5),  # the flag wins
+    ],
+)
+def test_delta_interval(tmp_path: Path, argv: list[str], env_value: str, expected: int) -> None:
+    env = _env(tmp_path, OMNIGENT_RUNNER_DELTA_INTERVAL_MS=env_value)
+    assert load_config(argv, env).delta_interval_ms == expected
+
+
+@pytest.mark.parametrize("value", ["-1", "1001", "40.5", "1_000", "+5", "fast", "\u0663"])
+def test_bad_delta_interval_is_a_config_error(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config([], _env(tmp_path, OMNIGENT_RUNNER_DELTA_INTERVAL_MS=value))
+    assert "OMNIGENT_RUNNER_DELTA_INTERVAL_MS" in str(info.value)
+    assert "0 (off) to 1000" in str(info.value)
+    with pytest.raises(ConfigError):
+        load_config(["--delta-interval-ms", value], _env(tmp_path))
 
 
 def test_runner_id_mismatch_is_a_config_error_without_the_token(tmp_path: Path) -> None:
