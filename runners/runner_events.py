@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections.abc import Sequence
 from typing import Any, TypeAlias
 
 from django.db import transaction
@@ -17,11 +18,12 @@ from django.utils import timezone
 
 from omnigent_runner import protocol
 from omnigent_site.ids import new_item_id
+from omnigent_site.rawsql import row_by
 from omnigent_site.timeutil import unix
 from sessions import approvals, blobs, policies, updates
 from sessions import files as session_files
 from sessions.approval_shapes import policy_denied_event
-from sessions.eventlog import record_event
+from sessions.eventlog import record_event, writing_events
 from sessions.models import Item, Session, Turn
 from sessions.selectors import response_output
 from sessions.shapes import ResponseEventOut, response_event_body
@@ -159,25 +161,34 @@ def accept_message(
     """Store the user item and its queued turn, and tell watchers the input was consumed."""
     with transaction.atomic():
         session = Session.objects.select_for_update().get(pk=session_id)
-        response = Turn.objects.create(session=session, tools=tools)
-        item = Item.objects.create(
-            session=session,
-            id=new_item_id(),
-            response=response,
-            type="message",
-            status="completed",
-            data=data,
-            created_by=created_by,
-        )
-        record_event(
-            session_id=session.id,
-            payload={
-                "type": "session.input.consumed",
-                "data": {"item_id": item.id, "type": item.type, "data": item.data},
-            },
-        )
-        if session.status in (Session.Status.IDLE, Session.Status.FAILED):
-            _set_session_state(session, status=Session.Status.RUNNING, response_id=response.id)
+        with writing_events(session=session):
+            item, response = _store_message(session, created_by=created_by, data=data, tools=tools)
+    return item, response
+
+
+def _store_message(
+    session: Session, *, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
+) -> tuple[Item, Turn]:
+    """Inside ``accept_message``'s transaction, with the session row locked."""
+    response = Turn.objects.create(session=session, tools=tools)
+    item = Item.objects.create(
+        session=session,
+        id=new_item_id(),
+        response=response,
+        type="message",
+        status="completed",
+        data=data,
+        created_by=created_by,
+    )
+    record_event(
+        session_id=session.id,
+        payload={
+            "type": "session.input.consumed",
+            "data": {"item_id": item.id, "type": item.type, "data": item.data},
+        },
+    )
+    if session.status in (Session.Status.IDLE, Session.Status.FAILED):
+        _set_session_state(session, status=Session.Status.RUNNING, response_id=response.id)
     return item, response
 
 
@@ -216,42 +227,76 @@ def record(
     *,
     runner_id: str,
     session_id: str,
-    seq: int,
-    event: protocol.AnyEvent | protocol.UnparsedEvent,
+    events: Sequence[tuple[int, protocol.AnyEvent | protocol.UnparsedEvent]],
 ) -> int:
-    """Apply runner event ``seq`` of ``session_id`` once; returns the seq to acknowledge.
+    """Apply a run of ``session_id``'s runner events, each once; returns the seq to acknowledge.
 
-    A duplicate (``seq`` already stored) changes nothing. Events for a session
-    that is gone or bound to another runner are acknowledged and dropped, so the
-    runner does not hold them forever. ``event`` was parsed by the protocol module; a
-    payload it could not parse arrives as ``UnparsedEvent`` and is skipped here.
+    The run is one transaction: the session row is read and locked once, its events
+    are numbered in memory and stored together (``eventlog.writing_events``), and
+    ``last_runner_seq`` is written once. If the run fails as a whole (an error other
+    than a malformed event), each event is applied again in a transaction of its own,
+    so one bad event cannot hold the others back.
+
+    A duplicate (``seq`` already stored) changes nothing. Events for a session that
+    is gone or bound to another runner are acknowledged and dropped, so the runner
+    does not hold them forever. A payload the protocol module could not parse
+    arrives as ``UnparsedEvent`` and is skipped.
     """
-    with transaction.atomic():
-        session = (
-            Session.objects.select_for_update()
-            .select_related("agent")
-            .filter(pk=session_id, runner_id=runner_id)
-            .first()
+    try:
+        return _record_run(runner_id=runner_id, session_id=session_id, events=events)
+    except Exception:
+        if len(events) == 1:
+            raise
+        log.exception(
+            "session %s: storing %d runner events together failed; storing them one by one",
+            session_id,
+            len(events),
         )
-        if session is None:
-            log.info("dropped event %s for session %s not bound to %s", seq, session_id, runner_id)
-            return seq
-        if seq <= session.last_runner_seq:
-            return session.last_runner_seq
-        if seq > session.last_runner_seq + 1:
-            log.warning(
-                "session %s: runner events jumped from %s to %s",
+    acked = 0
+    for event in events:
+        acked = _record_run(runner_id=runner_id, session_id=session_id, events=[event])
+    return acked
+
+
+def _record_run(
+    *,
+    runner_id: str,
+    session_id: str,
+    events: Sequence[tuple[int, protocol.AnyEvent | protocol.UnparsedEvent]],
+) -> int:
+    with transaction.atomic():
+        # Plain SQL: building this ORM query cost more than running it (rawsql.py).
+        session = row_by(Session, "id", session_id, for_update=True)
+        if session is None or session.runner_id != runner_id:
+            log.info(
+                "dropped %d events for session %s not bound to %s",
+                len(events),
                 session_id,
-                session.last_runner_seq,
-                seq,
+                runner_id,
             )
-        try:
-            _apply(session, event)
-        except MalformedEvent as exc:
-            log.warning("session %s: skipped malformed runner event %s: %s", session_id, seq, exc)
-        session.last_runner_seq = seq
-        session.save(update_fields=["last_runner_seq"])
-        return seq
+            return max(seq for seq, _event in events)
+        stored = session.last_runner_seq
+        with writing_events(session=session):
+            for seq, event in events:
+                if seq <= session.last_runner_seq:
+                    continue
+                if seq > session.last_runner_seq + 1:
+                    log.warning(
+                        "session %s: runner events jumped from %s to %s",
+                        session_id,
+                        session.last_runner_seq,
+                        seq,
+                    )
+                try:
+                    _apply(session, event)
+                except MalformedEvent as exc:
+                    log.warning(
+                        "session %s: skipped malformed runner event %s: %s", session_id, seq, exc
+                    )
+                session.last_runner_seq = seq
+        if session.last_runner_seq != stored:
+            Session.objects.filter(pk=session_id).update(last_runner_seq=session.last_runner_seq)
+        return session.last_runner_seq
 
 
 def _error(error: protocol.ErrorInfo | None) -> dict[str, str] | None:
@@ -264,7 +309,8 @@ def _error(error: protocol.ErrorInfo | None) -> dict[str, str] | None:
 def _turn(session: Session, response_id: str | None) -> Turn | None:
     if not response_id:
         return None
-    return Turn.objects.filter(pk=response_id, session=session).first()
+    response = row_by(Turn, "id", response_id)
+    return response if response is not None and response.session_id == session.id else None
 
 
 def _apply(session: Session, event: protocol.AnyEvent | protocol.UnparsedEvent) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -265,18 +266,21 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
 
 
 def record_runner_events(
-    *, runner_id: str, events: list[runner_events.ReceivedEvent]
+    *, runner_id: str, events: Sequence[runner_events.ReceivedEvent]
 ) -> dict[str, int]:
     """Store runner events, each once; returns the cumulative seq to acknowledge per session.
 
-    Each event is its own transaction (one bad event cannot hold the others back);
-    watchers get what the batch produced together.
+    Each session's events in the batch are stored in one transaction, in arrival
+    order (``runner_events.record``); watchers get what the batch produced together.
     """
+    runs: dict[str, list[tuple[int, Any]]] = {}
+    for session_id, seq, event in events:
+        runs.setdefault(session_id, []).append((seq, event))
     acks: dict[str, int] = {}
     with publishing_together():
-        for session_id, seq, event in events:
+        for session_id, run in runs.items():
             acks[session_id] = runner_events.record(
-                runner_id=runner_id, session_id=session_id, seq=seq, event=event
+                runner_id=runner_id, session_id=session_id, events=run
             )
     return acks
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -20,7 +20,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+
+from omnigent_site.rawsql import increment_returning
 
 from .models import Session, SessionEvent
 
@@ -37,18 +38,91 @@ def session_group(session_id: str) -> str:
 def record_event(*, session_id: str, payload: dict[str, Any]) -> SessionEvent:
     """Store ``payload`` (which carries its ``type``) as the session's next event."""
     assert "type" in payload, "an event payload names its type"
+    writer = getattr(_writing, "writer", None)
+    if writer is not None and writer.session_id == session_id:
+        return writer.add(payload)
     with transaction.atomic():
         # The UPDATE takes the row lock first, so concurrent writers queue here
         # and each reads back its own number.
-        Session.objects.filter(pk=session_id).update(last_event_seq=F("last_event_seq") + 1)
-        seq = Session.objects.filter(pk=session_id).values_list("last_event_seq", flat=True).get()
+        seq = increment_returning(Session, pk=session_id, field="last_event_seq", by=1)
+        if seq is None:
+            raise Session.DoesNotExist(f"session {session_id} does not exist")
         event = SessionEvent.objects.create(
             session_id=session_id, seq=seq, type=payload["type"], payload=payload
         )
         if seq % PRUNE_EVERY == 0:
             _prune(session_id=session_id, newest=seq)
-        transaction.on_commit(lambda: _publish_or_hold(event))
+        transaction.on_commit(lambda: _publish_or_hold([event]))
     return event
+
+
+class _EventWriter:
+    """The events of one session recorded inside ``writing_events``, numbered in memory."""
+
+    def __init__(self, session: Session) -> None:
+        self.session_id = session.id
+        self.session = session
+        self.events: list[SessionEvent] = []
+
+    def add(self, payload: dict[str, Any]) -> SessionEvent:
+        self.session.last_event_seq += 1
+        event = SessionEvent(
+            session_id=self.session_id,
+            seq=self.session.last_event_seq,
+            type=payload["type"],
+            payload=payload,
+        )
+        self.events.append(event)
+        return event
+
+    def store(self) -> None:
+        if not self.events:
+            return
+        events, self.events = self.events, []
+        SessionEvent.objects.bulk_create(events)
+        first, newest = events[0].seq, events[-1].seq
+        Session.objects.filter(pk=self.session_id).update(last_event_seq=newest)
+        if newest // PRUNE_EVERY != (first - 1) // PRUNE_EVERY:
+            _prune(session_id=self.session_id, newest=newest)
+        transaction.on_commit(lambda: _publish_or_hold(events))
+
+
+_writing = threading.local()
+
+
+@contextmanager
+def writing_events(*, session: Session) -> Iterator[None]:
+    """Number the session's events in memory inside the block and store them at its end.
+
+    For a burst of events of one session (the runner's event batches): one INSERT and
+    one UPDATE for the whole block instead of an UPDATE, a read and an INSERT each.
+    The caller holds ``session``'s row lock for the whole block (read with
+    ``select_for_update`` in the open transaction; on SQLite the ``IMMEDIATE``
+    transaction holds the database's write lock), so no other writer can take a
+    number in between, and the events become visible together when it commits.
+    """
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("writing_events needs the transaction that locked the session row")
+    if getattr(_writing, "writer", None) is not None:
+        raise RuntimeError("writing_events blocks do not nest")
+    writer = _writing.writer = _EventWriter(session)
+    try:
+        yield
+        writer.store()
+    finally:
+        _writing.writer = None
+
+
+# A group name and the message for it.
+Publication = tuple[str, dict[str, Any]]
+
+
+class _Held:
+    """What a ``publishing_together`` block publishes at its end."""
+
+    def __init__(self) -> None:
+        self.events: list[SessionEvent] = []
+        self.later: dict[Hashable, Callable[[], list[Publication]]] = {}
 
 
 _held = threading.local()
@@ -56,29 +130,47 @@ _held = threading.local()
 
 @contextmanager
 def publishing_together() -> Iterator[None]:
-    """Hold the events committed inside the block; publish them after it, together.
+    """Hold what is published inside the block; publish it after the block, together.
 
     Subscribers then get one group message per session for the whole block instead
     of one per event, which is what bounds how fast a busy session can be fanned out.
+    Publications registered with ``publish_later`` run once per key at the end (a
+    session's list row announced by several events of the block is read and sent
+    once), and everything goes to the channel layer in one trip to the event loop.
     """
-    if getattr(_held, "events", None) is not None:
+    if getattr(_held, "block", None) is not None:
         yield  # already inside a block: the outer one publishes
         return
-    held: list[SessionEvent] = []
-    _held.events = held
+    held = _held.block = _Held()
     try:
         yield
     finally:
-        _held.events = None
-        publish_events(held)
+        _held.block = None
+        publications = _event_publications(held.events)
+        for produce in held.later.values():
+            try:
+                publications += produce()
+            except Exception:
+                log.exception("could not prepare a publication")
+        send_all(publications)
 
 
-def _publish_or_hold(event: SessionEvent) -> None:
-    held = getattr(_held, "events", None)
+def publish_later(key: Hashable, produce: Callable[[], list[Publication]]) -> None:
+    """Run ``produce`` and send what it returns: at the end of the enclosing
+    ``publishing_together`` block (once per ``key``), or now outside one."""
+    held: _Held | None = getattr(_held, "block", None)
     if held is not None:
-        held.append(event)
+        held.later.setdefault(key, produce)
+        return
+    send_all(produce())
+
+
+def _publish_or_hold(events: list[SessionEvent]) -> None:
+    held: _Held | None = getattr(_held, "block", None)
+    if held is not None:
+        held.events.extend(events)
     else:
-        publish_events([event])
+        publish_events(events)
 
 
 def _prune(*, session_id: str, newest: int) -> None:
@@ -105,17 +197,34 @@ def group_messages(events: list[SessionEvent]) -> dict[str, dict[str, Any]]:
 
 
 def publish_events(events: list[SessionEvent]) -> None:
-    if not events:
+    send_all(_event_publications(events))
+
+
+def _event_publications(events: list[SessionEvent]) -> list[Publication]:
+    return [
+        (session_group(session_id), message)
+        for session_id, message in group_messages(events).items()
+    ]
+
+
+def send_all(publications: list[Publication]) -> None:
+    """Send group messages in order, in one trip from this thread to the event loop."""
+    if not publications:
         return
     layer = get_channel_layer()
     if layer is None:
         return
-    for session_id, message in group_messages(events).items():
+    async_to_sync(_send_all)(layer, publications)
+
+
+async def _send_all(layer: Any, publications: list[Publication]) -> None:
+    for group, message in publications:
         try:
-            async_to_sync(layer.group_send)(session_group(session_id), message)
+            await layer.group_send(group, message)
         except Exception:
-            # Watchers recover from the log; a failed publish must not fail the write.
-            log.exception("could not publish events of %s", session_id)
+            # Watchers recover from the log (a list from its next reload); a failed
+            # publish must not fail the write that caused it.
+            log.exception("could not publish to %s", group)
 
 
 def publish_session_end(*, session_id: str, reason: str) -> None:

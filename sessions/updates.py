@@ -22,20 +22,15 @@ lists sessions by direct grant (an admin's list is personal too).
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any, Literal
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import transaction
 
-from .eventlog import sse_frame
+from .eventlog import Publication, publish_later, send_all, sse_frame
 from .models import Permission, Session
 from .selectors import pending_approval_count
 from .shapes import session_removed_event, session_row_event
-
-log = logging.getLogger(__name__)
 
 RowKind = Literal["session.added", "session.updated"]
 ADDED: RowKind = "session.added"
@@ -54,12 +49,19 @@ def frame_id() -> int:
 
 def announce_session(*, session_id: str, kind: RowKind = UPDATED, only: int | None = None) -> None:
     """After the commit, send the session's row to its grantees (or to user ``only``)."""
-    transaction.on_commit(lambda: publish_row(session_id=session_id, kind=kind, only=only))
+    transaction.on_commit(
+        lambda: publish_later(
+            ("session-row", session_id, kind, only),
+            lambda: row_publications(session_id=session_id, kind=kind, only=only),
+        )
+    )
 
 
 def announce_removed(*, session_id: str, user_pks: list[int]) -> None:
     """After the commit, tell these users the session left their list."""
-    transaction.on_commit(lambda: publish_removed(session_id=session_id, user_pks=user_pks))
+    transaction.on_commit(
+        lambda: send_all(removed_publications(session_id=session_id, user_pks=user_pks))
+    )
 
 
 def grantees(*, session_id: str) -> list[int]:
@@ -76,7 +78,10 @@ def announce_runner_sessions(*, runner_id: str) -> None:
         announce_session(session_id=session_id)
 
 
-def publish_row(*, session_id: str, kind: RowKind, only: int | None = None) -> None:
+def row_publications(
+    *, session_id: str, kind: RowKind, only: int | None = None
+) -> list[Publication]:
+    """The session's list row for each grantee (or for user ``only``), read now."""
     # Read like a row of ``GET /v1/sessions`` (``selectors.sessions_granted_to``), with
     # the count of open questions.
     session = (
@@ -86,34 +91,21 @@ def publish_row(*, session_id: str, kind: RowKind, only: int | None = None) -> N
         .first()
     )
     if session is None:
-        return
+        return []
     grants = Permission.objects.filter(session_id=session_id)
     if only is not None:
         grants = grants.filter(user_id=only)
-    messages: dict[int, dict[str, Any]] = {}
-    for user_pk, level in grants.values_list("user_id", "level"):
-        messages[user_pk] = _message(dict(session_row_event(kind, session, level=level)))
-    _send(messages)
+    return [
+        (user_group(user_pk), _message(dict(session_row_event(kind, session, level=level))))
+        for user_pk, level in grants.values_list("user_id", "level")
+    ]
 
 
-def publish_removed(*, session_id: str, user_pks: list[int]) -> None:
+def removed_publications(*, session_id: str, user_pks: list[int]) -> list[Publication]:
     message = _message(dict(session_removed_event(session_id)))
-    _send(dict.fromkeys(user_pks, message))
+    return [(user_group(user_pk), message) for user_pk in user_pks]
 
 
 def _message(payload: dict[str, Any]) -> dict[str, Any]:
     seq = frame_id()
     return {"type": "session.updates", "seq": seq, "frame": sse_frame(payload, seq=seq)}
-
-
-def _send(messages: dict[int, dict[str, Any]]) -> None:
-    layer = get_channel_layer()
-    if layer is None or not messages:
-        return
-    for user_pk, message in messages.items():
-        try:
-            async_to_sync(layer.group_send)(user_group(user_pk), message)
-        except Exception:
-            # A list that missed a message is stale until its next reload; a failed
-            # publish must never fail the write that caused it.
-            log.exception("could not publish a list update to user %s", user_pk)

@@ -1,0 +1,227 @@
+"""Runner events stored a batch at a time (``runners.services.record_runner_events``).
+
+The tunnel consumer hands over what arrived while its writer was busy; each session's
+run of events is one transaction with in-memory event numbers
+(``sessions.eventlog.writing_events``). These tests drive the service directly on the
+database and the in-memory channel layer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from omnigent_runner import protocol
+from runners import runner_events, services
+from runners.models import Runner
+from sessions.eventlog import record_event, session_group
+from sessions.models import Item, Session, SessionEvent, Turn
+from sessions.services import create_session_from_bundle
+from sessions.updates import user_group
+
+pytestmark = [pytest.mark.timeout(60), pytest.mark.django_db(transaction=True)]
+
+USER_MESSAGE = {"role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+WORDS = [f"word{n} " for n in range(30)]
+
+
+@pytest.fixture
+def bound(alice: Any, make_bundle: Callable[..., bytes]) -> tuple[Session, Turn, Runner]:
+    """A session bound to a runner, with a queued turn from a user message."""
+    runner, _token = services.register_runner(owner=alice, name="stub")
+    session = create_session_from_bundle(user=alice, data=make_bundle())
+    Session.objects.filter(pk=session.pk).update(runner=runner)
+    _item, turn = runner_events.accept_message(
+        session_id=session.id, created_by=alice.username, data=USER_MESSAGE, tools=[]
+    )
+    return session, turn, runner
+
+
+def a_turn(turn: Turn, *, first_seq: int = 1) -> list[runner_events.ReceivedEvent]:
+    """The runner events of one streamed text turn, numbered from ``first_seq``."""
+    rid = turn.id
+    events: list[protocol.AnyEvent] = [protocol.ResponseCreated(response_id=rid)]
+    events += [
+        protocol.OutputTextDelta(response_id=rid, item_id="msg_1", delta=word) for word in WORDS
+    ]
+    events += [
+        protocol.OutputItemDone(
+            response_id=rid,
+            item={
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "".join(WORDS)}],
+            },
+        ),
+        protocol.ResponseCompleted(response_id=rid),
+        protocol.SessionStatus(status="idle"),
+    ]
+    return [(turn.session_id, first_seq + n, event) for n, event in enumerate(events)]
+
+
+def stored(session_id: str) -> list[SessionEvent]:
+    return list(SessionEvent.objects.filter(session_id=session_id).order_by("seq"))
+
+
+def test_a_turn_in_one_batch_is_stored_in_order_with_contiguous_numbers(
+    bound: tuple[Session, Turn, Runner],
+) -> None:
+    session, turn, runner = bound
+    before = Session.objects.get(pk=session.pk).last_event_seq
+    events = a_turn(turn)
+    with CaptureQueriesContext(connection) as queries:
+        acks = services.record_runner_events(runner_id=runner.id, events=events)
+    assert acks == {session.id: len(events)}
+    rows = stored(session.id)
+    new = [row for row in rows if row.seq > before]
+    assert [row.seq for row in new] == list(range(before + 1, before + len(new) + 1))
+    types = [row.type for row in new]
+    assert types[:2] == ["response.created", "response.in_progress"]
+    assert types.count("response.output_text.delta") == len(WORDS)
+    assert types[-3:] == ["response.output_item.done", "response.completed", "session.status"]
+    deltas = [row.payload["delta"] for row in new if row.type == "response.output_text.delta"]
+    assert deltas == WORDS
+    after = Session.objects.get(pk=session.pk)
+    assert after.last_event_seq == new[-1].seq
+    assert after.last_runner_seq == len(events)
+    assert after.status == Session.Status.IDLE
+    assert Turn.objects.get(pk=turn.pk).status == Turn.Status.COMPLETED
+    assert Item.objects.filter(session=session, id="msg_1").count() == 1
+    # One transaction and no statement per text delta (it was eight each).
+    statements = [q["sql"] for q in queries.captured_queries]
+    assert sum(1 for sql in statements if "INSERT" in sql and "sessionevent" in sql) == 1
+    assert len(statements) < len(WORDS), statements
+
+
+def test_duplicates_in_and_before_a_batch_change_nothing(
+    bound: tuple[Session, Turn, Runner],
+) -> None:
+    session, turn, runner = bound
+    events = a_turn(turn)
+    services.record_runner_events(runner_id=runner.id, events=events[:5])
+    count = SessionEvent.objects.filter(session_id=session.id).count()
+    # The runner resends from seq 3 (it lost the acks) and repeats one inside the batch.
+    again = events[2:5] + events[5:8] + events[7:8]
+    acks = services.record_runner_events(runner_id=runner.id, events=again)
+    assert acks == {session.id: 8}
+    assert SessionEvent.objects.filter(session_id=session.id).count() == count + 3
+    assert Session.objects.get(pk=session.pk).last_runner_seq == 8
+
+
+def test_events_of_a_session_bound_elsewhere_are_acknowledged_and_dropped(
+    bound: tuple[Session, Turn, Runner], alice: Any
+) -> None:
+    session, turn, _runner = bound
+    other, _token = services.register_runner(owner=alice, name="other")
+    count = SessionEvent.objects.filter(session_id=session.id).count()
+    acks = services.record_runner_events(runner_id=other.id, events=a_turn(turn)[:4])
+    assert acks == {session.id: 4}
+    assert SessionEvent.objects.filter(session_id=session.id).count() == count
+
+
+def test_a_failing_batch_is_stored_event_by_event_up_to_the_bad_one(
+    bound: tuple[Session, Turn, Runner], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session, turn, runner = bound
+    events = a_turn(turn)
+    apply = runner_events._apply
+    bad_delta = WORDS[4]
+
+    def failing_apply(session: Session, event: Any) -> None:
+        if isinstance(event, protocol.OutputTextDelta) and event.delta == bad_delta:
+            raise RuntimeError("the database went away")
+        apply(session, event)
+
+    monkeypatch.setattr(runner_events, "_apply", failing_apply)
+    before = Session.objects.get(pk=session.pk).last_event_seq
+    with pytest.raises(RuntimeError):
+        services.record_runner_events(runner_id=runner.id, events=events)
+    # The batch's transaction rolled back; the fallback stored everything before the
+    # bad event, each in its own transaction, and stopped there: the runner resends
+    # the rest after the tunnel closes.
+    after = Session.objects.get(pk=session.pk)
+    assert after.last_runner_seq == 5  # response.created and four deltas
+    new = [row for row in stored(session.id) if row.seq > before]
+    assert [row.seq for row in new] == list(range(before + 1, before + len(new) + 1))
+    assert [row.payload.get("delta") for row in new[2:]] == WORDS[:4]
+    assert after.last_event_seq == new[-1].seq
+
+
+def test_batch_numbers_and_plain_numbers_interleave_without_gaps(
+    bound: tuple[Session, Turn, Runner],
+) -> None:
+    session, turn, runner = bound
+    events = a_turn(turn)
+    services.record_runner_events(runner_id=runner.id, events=events[:10])
+    record_event(session_id=session.id, payload={"type": "session.custom", "n": 1})
+    services.record_runner_events(runner_id=runner.id, events=events[10:])
+    record_event(session_id=session.id, payload={"type": "session.custom", "n": 2})
+    seqs = [row.seq for row in stored(session.id)]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert Session.objects.get(pk=session.pk).last_event_seq == seqs[-1]
+
+
+def test_a_long_batch_prunes_the_log_to_its_retention(
+    bound: tuple[Session, Turn, Runner], settings: Any
+) -> None:
+    settings.OMNIGENT_EVENT_RETENTION = 50
+    session, turn, runner = bound
+    rid = turn.id
+    deltas = [
+        (session.id, n, protocol.OutputTextDelta(response_id=rid, item_id="m", delta=f"{n} "))
+        for n in range(1, 251)
+    ]
+    services.record_runner_events(runner_id=runner.id, events=deltas)
+    newest = Session.objects.get(pk=session.pk).last_event_seq
+    seqs = [row.seq for row in stored(session.id)]
+    assert seqs[-1] == newest
+    assert seqs == list(range(newest - 49, newest + 1))
+
+
+def test_a_batch_reaches_watchers_as_one_group_message_in_order(
+    bound: tuple[Session, Turn, Runner],
+) -> None:
+    session, turn, runner = bound
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(session_group(session.id), channel)
+    events = a_turn(turn)
+    services.record_runner_events(runner_id=runner.id, events=events)
+    message = async_to_sync(layer.receive)(channel)
+    assert message["type"] == "session.events"
+    seqs = [seq for seq, _frame in message["events"]]
+    assert seqs == [row.seq for row in stored(session.id) if row.seq >= seqs[0]]
+    assert len(seqs) == len(events) + 1  # response.created is shown twice (created, in_progress)
+
+
+def test_a_batch_announces_a_session_list_row_once_with_its_final_state(
+    bound: tuple[Session, Turn, Runner], alice: Any
+) -> None:
+    session, turn, runner = bound
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(user_group(alice.pk), channel)
+    # Three changes of the list row in one batch: idle, running again, idle.
+    statuses = [
+        protocol.SessionStatus(status="idle"),
+        protocol.SessionStatus(status="running", response_id=turn.id),
+        protocol.SessionStatus(status="idle"),
+    ]
+    run = [(session.id, n, status) for n, status in enumerate(statuses, start=1)]
+    services.record_runner_events(runner_id=runner.id, events=run)
+    types = [row.type for row in stored(session.id)]
+    assert types.count("session.status") == 4  # running (the message), then the three
+    message = async_to_sync(layer.receive)(channel)
+    assert message["type"] == "session.updates"
+    assert '"status":"idle"' in message["frame"]
+    # Read once at the end of the batch: no second message follows.
+    with pytest.raises(asyncio.TimeoutError):
+        async_to_sync(asyncio.wait_for)(layer.receive(channel), 0.2)
