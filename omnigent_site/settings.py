@@ -302,6 +302,9 @@ OMNIGENT_REQUEST_THREADS_IDLE = max(0, env_int("OMNIGENT_REQUEST_THREADS_IDLE", 
 OMNIGENT_STREAM_HEARTBEAT_S = env_float("OMNIGENT_STREAM_HEARTBEAT_S", 15.0)
 OMNIGENT_EVENT_RETENTION = env_int("OMNIGENT_EVENT_RETENTION", 1000)
 OMNIGENT_STREAM_MAX_LAG = env_int("OMNIGENT_STREAM_MAX_LAG", 500)
+# Rendered session snapshots kept per process for pollers (sessions/snapshot_cache.py);
+# 0 keeps none.
+OMNIGENT_SNAPSHOT_CACHE_ENTRIES = max(0, env_int("OMNIGENT_SNAPSHOT_CACHE_ENTRIES", 1024))
 # Limits on clients (http-api.md; omnigent_site/throttling.py, stream_slots.py): request
 # rates ("<n>/<second|minute|hour|day>", "" or 0 for none) and open streams per user
 # (0 for none); all off in local single-user mode.

@@ -11,11 +11,13 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from adrf.views import APIView as AsyncAPIView
-from django.http import HttpResponseBase
+from django.http import HttpResponse, HttpResponseBase, HttpResponseNotModified
+from django.utils.http import parse_etags
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -23,7 +25,7 @@ from rest_framework.views import APIView
 from omnigent_site.async_views import RenderJSONOnLoopMixin
 from omnigent_site.authentication import request_user
 from omnigent_site.schema import error_responses
-from sessions import selectors
+from sessions import selectors, snapshot_cache
 from sessions import services as session_services
 from sessions.permissions import EDIT, MANAGE, OWNER, READ, SessionAccess, SessionScopedMixin
 from sessions.serializers import (
@@ -73,21 +75,72 @@ class SessionDetailView(SessionScopedMixin, APIView):
                 "include_items",
                 {"type": "boolean", "default": True},
                 description="`false`, `0` or `no` return `items: []`",
-            )
+            ),
+            OpenApiParameter(
+                "If-None-Match",
+                str,
+                location=OpenApiParameter.HEADER,
+                description="ETags of snapshots the client holds (`*`, lists and `W/` "
+                "forms accepted): a match answers 304 without a body",
+            ),
+            OpenApiParameter(
+                "ETag",
+                str,
+                location=OpenApiParameter.HEADER,
+                response=[200, 304],
+                description="validator of this snapshot for this caller and query",
+            ),
+            OpenApiParameter(
+                "Cache-Control",
+                str,
+                location=OpenApiParameter.HEADER,
+                response=[200, 304],
+                description="`private, no-cache`: revalidate every time",
+            ),
         ],
-        responses={200: SessionOut, **error_responses(401, 404)},
+        responses={
+            200: SessionOut,
+            304: OpenApiResponse(description="`If-None-Match` matched the ETag: unchanged."),
+            **error_responses(401, 404),
+        },
     )
-    def get(self, request: Request, session_id: str) -> Response:
+    def get(self, request: Request, session_id: str) -> HttpResponseBase:
+        """The snapshot; JSON answers carry an ETag, and a poller that saw nothing new
+        gets 304 (or a kept body) without the items and open questions being read."""
         include = request.query_params.get("include_items", "true").lower() not in (
             "false",
             "0",
             "no",
         )
-        items = selectors.session_items(session=self.session) if include else []
-        pending = selectors.pending_approvals(session_id=self.session.id)
-        return Response(
-            session_body(self.session, level=self.session_level, items=items, pending=pending)
+        renderer = getattr(request, "accepted_renderer", None)
+        if not isinstance(renderer, JSONRenderer):
+            # The browsable API's page holds forms and a CSRF token: no validator.
+            return Response(self.snapshot(include_items=include))
+        media_type = request.accepted_media_type
+        etag = selectors.snapshot_etag(
+            session=self.session,
+            level=self.session_level,
+            include_items=include,
+            representation=media_type,
         )
+        response: HttpResponse
+        if etag_listed(header=request.headers.get("If-None-Match", ""), etag=etag):
+            response = HttpResponseNotModified()
+        else:
+            body = snapshot_cache.cached_body(session_id=self.session.id, etag=etag)
+            if body is None:
+                data = self.snapshot(include_items=include)
+                body = renderer.render(data, media_type, self.get_renderer_context())
+                snapshot_cache.keep_body(session_id=self.session.id, etag=etag, body=body)
+            response = HttpResponse(body, content_type=renderer.media_type)
+        response["ETag"] = etag
+        response["Cache-Control"] = "private, no-cache"
+        return response
+
+    def snapshot(self, *, include_items: bool) -> SessionOut:
+        items = selectors.session_items(session=self.session) if include_items else []
+        pending = selectors.pending_approvals(session_id=self.session.id)
+        return session_body(self.session, level=self.session_level, items=items, pending=pending)
 
     @extend_schema(
         request=SessionUpdateSerializer,
@@ -118,6 +171,20 @@ class SessionDetailView(SessionScopedMixin, APIView):
         services.close_session_on_runner(session=self.session)
         session_services.delete_session(session=self.session)
         return Response(session_deleted_body(session_id))
+
+
+def etag_listed(*, header: str, etag: str) -> bool:
+    """Whether an ``If-None-Match`` value names ``etag``: ``*``, or one of its tags,
+    compared weakly (RFC 9110 §13.1.2: a ``W/`` prefix does not matter).
+
+    Only this precondition is evaluated. Django's ``get_conditional_response`` would
+    also answer ``If-Match`` with a bare 412 the API does not document, and with no
+    ``Last-Modified`` sent, ``If-Modified-Since`` never applies.
+    """
+    tags = parse_etags(header)
+    if tags == ["*"]:
+        return True
+    return any(tag.removeprefix("W/") == etag for tag in tags)
 
 
 class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView):

@@ -9,7 +9,9 @@ from typing import Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -174,8 +176,33 @@ class AgentAdmin(admin.ModelAdmin):
     readonly_fields = ["id", "bundle_sha256", "bundle_size", "spec", "created_at"]
 
 
+class TouchesSessionAdmin(admin.ModelAdmin):
+    """Rows the session snapshot shows, changed here behind the event log: the session's
+    ``updated_at`` moves with them, so its ETag changes (``selectors.snapshot_etag``)
+    and pollers and the per-process body cache (``sessions/snapshot_cache.py``) see the
+    edit. A turn counts: deleting one removes its questions and unlinks its items."""
+
+    def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        _touch_sessions(session_ids={obj.session_id, form.initial.get("session")})
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        session_id = obj.session_id
+        super().delete_model(request, obj)
+        _touch_sessions(session_ids={session_id})
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        session_ids = set(queryset.values_list("session_id", flat=True))
+        super().delete_queryset(request, queryset)
+        _touch_sessions(session_ids=session_ids)
+
+
+def _touch_sessions(*, session_ids: set[Any]) -> None:
+    Session.objects.filter(pk__in=session_ids - {None}).update(updated_at=timezone.now())
+
+
 @admin.register(Turn)
-class TurnAdmin(admin.ModelAdmin):
+class TurnAdmin(TouchesSessionAdmin):
     list_display = ["id", "session", "status", "created_at", "completed_at"]
     list_filter = ["status"]
     search_fields = ["id", "session__id"]
@@ -183,7 +210,7 @@ class TurnAdmin(admin.ModelAdmin):
 
 
 @admin.register(Item)
-class ItemAdmin(admin.ModelAdmin):
+class ItemAdmin(TouchesSessionAdmin):
     list_display = ["id", "session", "type", "status", "created_at"]
     list_filter = ["type"]
     search_fields = ["id", "session__id"]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.models import User as AuthUser
@@ -69,6 +71,50 @@ def session_for(
     if with_agent:
         session.agent = row_by(Agent, "id", session.agent_id)  # type: ignore[assignment]
     return session, held
+
+
+# Part of every snapshot ETag: bump it when the snapshot's JSON changes shape, so a
+# validator a client got from an older server never matches what this one renders.
+SNAPSHOT_FORMAT = 1
+
+
+def snapshot_etag(
+    *, session: Session, level: int, include_items: bool, representation: str = ""
+) -> str:
+    """A strong ETag for ``GET /v1/sessions/{id}``, from the rows ``session_for`` loaded.
+
+    It costs no query, so a poller whose session did not change is answered before the
+    items and open questions are read. Those two change only through
+    ``eventlog.record_event``, which advances ``last_event_seq`` in the same transaction,
+    so the sequence stands for them. The row fields the snapshot shows are taken as
+    they are rather than through ``updated_at``: some writers change them without it
+    (a deleted runner unbinds with an UPDATE of ``runner_id`` only). ``runner_online``
+    is computed now, because it also turns false when heartbeats stop, with no write.
+    The caller's level and ``include_items`` shape the body; ``representation`` is the
+    negotiated media type (``application/json; indent=2`` renders other bytes).
+    """
+    runner = session.runner
+    parts = [
+        SNAPSHOT_FORMAT,
+        session.id,
+        session.last_event_seq,
+        session.updated_at.isoformat(),
+        session.agent_id,
+        session.agent.name,
+        session.status,
+        session.title,
+        session.labels,
+        session.runner_id,
+        runner.online if runner is not None else True,
+        session.last_task_error,
+        session.active_response_id,
+        session.share_workspace_files,
+        level,
+        include_items,
+        representation,
+    ]
+    text = json.dumps(parts, separators=(",", ":"), default=str)
+    return '"' + hashlib.blake2b(text.encode(), digest_size=16).hexdigest() + '"'
 
 
 def sessions_granted_to(*, user: AuthUser) -> QuerySet[Session]:

@@ -349,6 +349,9 @@ def exercise_sessions(
         *[200, 404, 401],
     ]
     assert made.json().keys() == {"session_id", "agent_id", "agent_name"}
+    etag = alice("get", SESSION, session_id=session_id)["ETag"]
+    unchanged = alice("get", SESSION, headers={"HTTP_IF_NONE_MATCH": etag}, session_id=session_id)
+    assert unchanged.status_code == 304
     with override_settings(OMNIGENT_MAX_BUNDLE_BYTES=10):
         big = alice("post", sessions, {"bundle": upload(make_bundle())}, format="multipart")
     assert big.status_code == 413
