@@ -118,14 +118,30 @@ def single_server(stack: contextlib.ExitStack, tmp: Path, *, debug: bool, name: 
     return start_daphne(stack, env=env, tmp=tmp, name=name)
 
 
-def two_servers(stack: contextlib.ExitStack, tmp: Path, *, debug: bool) -> tuple[Server, Server]:
-    """Two daphne processes on one new PostgreSQL database and one Redis."""
+def scale_out_env(
+    stack: contextlib.ExitStack, tmp: Path, *, debug: bool, settings: str | None = None
+) -> dict[str, str]:
+    """Server environment of a scaled-out deployment, migrated: a new PostgreSQL database
+    and the Redis channel layer under a fresh key prefix.
+
+    Both are private to this run (the database is dropped and the prefix's keys deleted
+    by the ExitStack), so runs never see each other's rows or messages. ``settings``
+    sets ``DJANGO_SETTINGS_MODULE`` (e.g. ``bench.server_settings`` for SQL counting).
+    """
     pg_url = stack.enter_context(postgres_database("omnigent_bench_"))
     prefix = f"omnigent-bench-{secrets.token_hex(4)}"
     stack.callback(drop_redis_keys, prefix)
     env = common_env(tmp, debug=debug, DATABASE_URL=pg_url, REDIS_URL=REDIS_URL)
     env["OMNIGENT_CHANNEL_PREFIX"] = prefix
+    if settings is not None:
+        env["DJANGO_SETTINGS_MODULE"] = settings
     migrate(env, tmp)
+    return env
+
+
+def two_servers(stack: contextlib.ExitStack, tmp: Path, *, debug: bool) -> tuple[Server, Server]:
+    """Two daphne processes on one new PostgreSQL database and one Redis."""
+    env = scale_out_env(stack, tmp, debug=debug)
     first = start_daphne(stack, env=env, tmp=tmp, name="daphne-a")
     second = start_daphne(stack, env=env, tmp=tmp, name="daphne-b")
     return first, second

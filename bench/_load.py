@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,9 +94,9 @@ class MockLLM(Helper):
 class TunnelMeter(Helper):
     """``python -m bench.tunnel_meter``: counts the tunnel's frames and bytes."""
 
-    def __init__(self, target_port: int, tmp: Path) -> None:
+    def __init__(self, target_port: int, tmp: Path, name: str = "tunnel-meter") -> None:
         super().__init__(
-            "tunnel-meter",
+            name,
             [sys.executable, "-m", "bench.tunnel_meter", "--target-port", str(target_port)],
             "PORT",
             tmp,
@@ -108,6 +108,23 @@ class TunnelMeter(Helper):
         self.popen.stdin.write(b"report\n")
         self.popen.stdin.flush()
         return dict(json.loads(self.popen.stdout.readline()))
+
+
+def merge_meter_reports(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """One report summing several meters' (one meter per runner when there are several)."""
+    merged: dict[str, Any] = {
+        "bytes": {"up": 0, "down": 0},
+        "messages": {"up": {}, "down": {}},
+        "connections": 0,
+    }
+    for report in reports:
+        merged["connections"] += report.get("connections", 0)
+        for direction in ("up", "down"):
+            merged["bytes"][direction] += report["bytes"][direction]
+            table = merged["messages"][direction]
+            for kind, count in report["messages"][direction].items():
+                table[kind] = table.get(kind, 0) + count
+    return merged
 
 
 def meter_delta(before: dict[str, Any], after: dict[str, Any], turns: int) -> dict[str, Any]:
@@ -128,18 +145,42 @@ def meter_delta(before: dict[str, Any], after: dict[str, Any], turns: int) -> di
 
 
 class CpuClock:
-    """CPU seconds of named processes (this one included) between ``start`` and ``stop``."""
+    """CPU seconds of named processes (this one included) between ``start`` and ``stop``.
 
-    def __init__(self, pids: dict[str, int]) -> None:
-        self.pids = {**pids, "bench_client": os.getpid()}
-        self.begin: dict[str, float] = {}
+    A name may stand for several processes (a role: every server process, every
+    runner): its figure is their sum, and :meth:`per_process_ms` gives each one apart
+    as ``<name><index>``.
+    """
+
+    def __init__(self, pids: Mapping[str, int | Sequence[int]]) -> None:
+        self.groups: dict[str, list[int]] = {
+            name: [pid] if isinstance(pid, int) else list(pid) for name, pid in pids.items()
+        }
+        self.groups["bench_client"] = [os.getpid()]
+        self.begin: dict[int, float] = {}
 
     def start(self) -> None:
-        self.begin = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self.begin = {pid: cpu_seconds(pid) for pids in self.groups.values() for pid in pids}
+
+    def _used(self) -> dict[int, float]:
+        return {pid: cpu_seconds(pid) - start for pid, start in self.begin.items()}
 
     def per_turn_ms(self, turns: int) -> dict[str, float]:
-        now = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
-        return {name: round((now[name] - self.begin[name]) * 1000 / turns, 2) for name in self.pids}
+        used = self._used()
+        return {
+            name: round(sum(used[pid] for pid in pids) * 1000 / turns, 2)
+            for name, pids in self.groups.items()
+        }
+
+    def per_process_ms(self, turns: int) -> dict[str, float]:
+        """Each process of a role of several, as ``server0``, ``server1``, …"""
+        used = self._used()
+        return {
+            f"{name}{index}": round(used[pid] * 1000 / turns, 2)
+            for name, pids in self.groups.items()
+            if len(pids) > 1
+            for index, pid in enumerate(pids)
+        }
 
 
 class CountingStream:

@@ -1,28 +1,54 @@
 """Benchmark: many sessions' text turns at once (issue 14), the floor, and a profile.
 
-One run starts a daphne process (SQLite, in-memory layer, production settings plus SQL
-counting: ``bench/server_settings.py``), the mock LLM and a tunnel meter (a counting TCP
-proxy, ``bench/tunnel_meter.py``) as processes of their own, and the real runner program
-behind the meter. Every turn is one streamed text reply of ``--words`` words. It measures:
+One run starts the server — by default one daphne process on SQLite with the in-memory
+channel layer; with ``--servers N`` (N > 1, or ``--database postgres``) N daphne
+processes sharing a new PostgreSQL database and the Redis channel layer under a fresh
+key prefix — always with production settings plus SQL counting
+(``bench/server_settings.py``). Then the mock LLM, one tunnel meter per runner (a
+counting TCP proxy, ``bench/tunnel_meter.py``) as processes of their own, and N real
+runner programs: runner i dials server i (through its meter). Every turn is one
+streamed text reply of ``--words`` words. It measures:
 
 1. the floor: a trivial async view (``GET /bench/noop``), ``GET /health``, a bare
    WebSocket ping/pong through the tunnel, and one runner event → ``event.ack`` (a text
    delta, from a stub runner);
-2. one snapshot ``GET /v1/sessions/{id}`` of a session with 10 and with 100 items;
+2. one snapshot ``GET /v1/sessions/{id}`` of a session with 10 and with 100 items, and
+   the ``304`` path: the 100-item GET with ``If-None-Match`` of the ETag a first GET
+   gave (``snapshot.304``; left out when the server sends no ETag);
 3. single turns: fresh sessions one after another, first turn and second turn
    (POST → ``session.status`` idle on the stream) and the second turn's POST → 202;
 4. ``--sessions`` sessions (20) each running one turn at the same time, then a second
    turn each, with clients polling the snapshot every ``--poll-ms`` (20) until it reads
-   idle with the reply — and the same with clients following each session's stream.
+   idle with the reply (with ``--poll-etag`` each poll sends ``If-None-Match`` with the
+   last ETag it got, and the 304s are counted) — and the same with clients following
+   each session's stream.
 
-For every round: turns/s, per-turn p50/p95, CPU per turn of the server, the runner, the
-mock, the meter and this process, SQL statements per turn (by verb, with their time),
-tunnel messages and bytes per turn (by frame type), and per turn on each stream (or of
-polling). ``--runs N`` repeats everything on fresh processes and prints min/median/max
-of every number; ``--profile DIR`` adds a run with ``py-spy`` on the server and the
-runner during the concurrent rounds and prints their top functions.
+Sections 1-3 use server 0 and runner 0. In section 4 session i is bound to runner
+i mod N and all its clients (POST, poller, stream) talk to the server that runner is
+connected to, as behind a sticky balancer; with ``--cross`` they talk to the next
+server instead, so every command and every event crosses Redis. Before the rounds, each
+runner that has not run a turn yet (all of them when sections 1-3 are skipped) runs one
+untimed turn, so round 1 measures warm processes at every N.
 
-Run: ``.venv/bin/python bench/throughput.py [--runs 5] [--profile /tmp/prof]``.
+For every round: turns/s, per-turn p50/p95, CPU per turn by role (``server``: all server
+processes, ``runner``: all runners, the mock, the meters, this process; with N > 1 also
+each process apart), SQL statements per turn summed over the servers (by verb, with
+their time; PostgreSQL opens transactions without a ``BEGIN`` statement, so that verb
+counts only on SQLite), tunnel messages and bytes per turn (by frame type), and per
+turn on each stream (or of polling). ``--runs N`` repeats everything on fresh processes
+and prints min/median/max of every number; ``--profile DIR`` adds a run with ``py-spy``
+on the servers and the runners during the concurrent rounds and prints their top
+functions.
+
+``--scaling 1,2,3`` runs only the concurrent rounds, for each server count in turn on
+fresh processes and always on PostgreSQL + Redis (so 1 compares like for like with 2
+and 3), ``--runs`` times each, and prints a table: turns/s of both rounds polling and
+streaming, and the server and runner CPU per turn. On a machine with fewer cores than
+processes the extra processes cannot add CPU: the table then shows what scaling out
+costs rather than what it gains.
+
+Run: ``.venv/bin/python bench/throughput.py [--runs 5] [--profile /tmp/prof]``,
+``... --servers 2 [--cross] [--poll-etag]``, ``... --scaling 1,2,3``.
 The last line printed is JSON with every number.
 """
 
@@ -60,6 +86,7 @@ from bench._common import (  # noqa: E402
     post_message,
     register_runner,
     run_main,
+    scale_out_env,
     sigterm_as_interrupt,
     sqlite_env,
     start_daphne,
@@ -74,6 +101,7 @@ from bench._load import (  # noqa: E402
     MockLLM,
     Profiler,
     TunnelMeter,
+    merge_meter_reports,
     meter_delta,
     open_streams,
     summarise_profile,
@@ -86,56 +114,132 @@ SETTINGS = "bench.server_settings"
 
 @dataclass
 class Stack:
-    server: Server
-    runner: Process
-    mock: MockLLM
-    meter: TunnelMeter | None
-    runner_id: str
+    """The processes of one run: ``servers[i]`` is the server ``runners[i]`` dials."""
 
-    def pids(self) -> dict[str, int]:
+    servers: list[Server]
+    runners: list[Process]
+    runner_ids: list[str]
+    mock: MockLLM
+    meters: list[TunnelMeter]
+    cross: bool = False
+
+    @property
+    def server(self) -> Server:
+        return self.servers[0]
+
+    @property
+    def runner(self) -> Process:
+        return self.runners[0]
+
+    @property
+    def runner_id(self) -> str:
+        return self.runner_ids[0]
+
+    def pids(self) -> dict[str, list[int]]:
+        """Process ids by role (the CPU of a role is the sum over its processes)."""
         pids = {
-            "server": self.server.process.popen.pid,
-            "runner": self.runner.popen.pid,
-            "mock": self.mock.pid,
+            "server": [server.process.popen.pid for server in self.servers],
+            "runner": [runner.popen.pid for runner in self.runners],
+            "mock": [self.mock.pid],
         }
-        if self.meter is not None:
-            pids["meter"] = self.meter.pid
+        if self.meters:
+            pids["meter"] = [meter.pid for meter in self.meters]
         return pids
 
     def meter_report(self) -> dict[str, Any] | None:
-        return self.meter.report() if self.meter is not None else None
+        if not self.meters:
+            return None
+        return merge_meter_reports([meter.report() for meter in self.meters])
+
+    def client_server(self, runner_index: int) -> int:
+        """The server a session's clients use when the session is on runner ``runner_index``:
+        the one that runner dials (a sticky balancer), or with ``cross`` the next one."""
+        if self.cross:
+            return (runner_index + 1) % len(self.servers)
+        return runner_index
+
+
+def process_name(base: str, index: int, count: int) -> str:
+    """``daphne`` for a lone process (the names of earlier runs), ``daphne-1`` of several."""
+    return base if count == 1 else f"{base}-{index}"
 
 
 def start_stack(stack: contextlib.ExitStack, tmp: Path, args: argparse.Namespace) -> Stack:
-    env = sqlite_env(tmp, debug=False, name="db")
-    env["DJANGO_SETTINGS_MODULE"] = SETTINGS
-    migrate(env, tmp)
-    server = start_daphne(stack, env=env, tmp=tmp, name="daphne")
+    count = args.servers
+    if args.database == "postgres":
+        env = scale_out_env(stack, tmp, debug=False, settings=SETTINGS)
+    else:
+        env = sqlite_env(tmp, debug=False, name="db")
+        env["DJANGO_SETTINGS_MODULE"] = SETTINGS
+        migrate(env, tmp)
+    servers = [
+        start_daphne(stack, env=env, tmp=tmp, name=process_name("daphne", i, count))
+        for i in range(count)
+    ]
     mock = MockLLM(tmp)
     stack.callback(mock.stop)
-    meter = None
+    meters: list[TunnelMeter] = []
     if not args.no_tunnel_meter:
-        meter = TunnelMeter(int(server.url.rsplit(":", 1)[1]), tmp)
-        stack.callback(meter.stop)
-    with server.client(USER) as client:
-        response = client.post("/v1/runners", json={"name": "bench-throughput"})
-        response.raise_for_status()
-        runner_id, token = response.json()["runner_id"], response.json()["binding_token"]
-    workspace = tmp / "workspace"
-    workspace.mkdir(exist_ok=True)
-    runner_env = base_env(
-        RUNNER_SERVER_URL=meter.url if meter is not None else server.url,
-        OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN=token,
-        OMNIGENT_RUNNER_WORKSPACE=str(workspace),
-        OMNIGENT_RUNNER_PARENT_PID=str(os.getpid()),
-        OMNIGENT_RUNNER_LOG_LEVEL="WARNING",
-        OPENAI_BASE_URL=mock.base_url,
-        OPENAI_API_KEY="bench",
+        for i, server in enumerate(servers):
+            meter = TunnelMeter(
+                int(server.url.rsplit(":", 1)[1]), tmp, process_name("tunnel-meter", i, count)
+            )
+            stack.callback(meter.stop)
+            meters.append(meter)
+    runners, runner_ids = [], []
+    for i, server in enumerate(servers):
+        with server.client(USER) as client:
+            response = client.post("/v1/runners", json={"name": f"bench-throughput-{i}"})
+            response.raise_for_status()
+            runner_id, token = response.json()["runner_id"], response.json()["binding_token"]
+        workspace = tmp / process_name("workspace", i, count)
+        workspace.mkdir(exist_ok=True)
+        runner_env = base_env(
+            RUNNER_SERVER_URL=meters[i].url if meters else server.url,
+            OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN=token,
+            OMNIGENT_RUNNER_WORKSPACE=str(workspace),
+            OMNIGENT_RUNNER_PARENT_PID=str(os.getpid()),
+            OMNIGENT_RUNNER_LOG_LEVEL="WARNING",
+            OPENAI_BASE_URL=mock.base_url,
+            OPENAI_API_KEY="bench",
+        )
+        runner = spawn(
+            process_name("runner", i, count),
+            [sys.executable, "-m", "omnigent_runner"],
+            env=runner_env,
+            log_dir=tmp,
+        )
+        stack.callback(runner.stop)
+        runners.append(runner)
+        runner_ids.append(runner_id)
+    for server, runner, runner_id in zip(servers, runners, runner_ids, strict=True):
+        wait_runner_online(server, runner_id, process=runner)
+    return Stack(
+        servers=servers,
+        runners=runners,
+        runner_ids=runner_ids,
+        mock=mock,
+        meters=meters,
+        cross=args.cross,
     )
-    runner = spawn("runner", [sys.executable, "-m", "omnigent_runner"], env=runner_env, log_dir=tmp)
-    stack.callback(runner.stop)
-    wait_runner_online(server, runner_id, process=runner)
-    return Stack(server=server, runner=runner, mock=mock, meter=meter, runner_id=runner_id)
+
+
+@dataclass
+class Clients:
+    """HTTP clients per server: ``api`` (POSTs, setup, counters), ``pollers``, ``readers``."""
+
+    api: list[httpx.AsyncClient]
+    pollers: list[httpx.AsyncClient]
+    readers: list[httpx.AsyncClient]
+
+
+@dataclass
+class Placed:
+    """A session of the concurrent rounds: its runner, and the server its clients use."""
+
+    session_id: str
+    runner: int
+    server: int
 
 
 # --------------------------------------------------------------------------- measuring aids
@@ -145,6 +249,24 @@ async def sql_counters(client: httpx.AsyncClient) -> dict[str, Any]:
     response = await client.get("/bench/queries")
     response.raise_for_status()
     return dict(response.json())
+
+
+async def sql_counters_all(clients: list[httpx.AsyncClient]) -> dict[str, Any]:
+    """The SQL counters of every server, summed (each process counts its own)."""
+    merged: dict[str, Any] = {
+        "statements": 0,
+        "by_verb": {},
+        "seconds_by_verb": {},
+        "by_thread": {},
+        "seconds_by_thread": {},
+    }
+    for counters in await asyncio.gather(*(sql_counters(client) for client in clients)):
+        merged["statements"] += counters["statements"]
+        for key in ("by_verb", "seconds_by_verb", "by_thread", "seconds_by_thread"):
+            table = merged[key]
+            for name, value in counters[key].items():
+                table[name] = table.get(name, 0) + value
+    return merged
 
 
 def sql_delta(before: dict[str, Any], after: dict[str, Any], n: int) -> dict[str, Any]:
@@ -246,6 +368,21 @@ async def new_sessions(client: httpx.AsyncClient, runner_id: str, count: int) ->
         await bind(client, session_id, runner_id)
         ids.append(session_id)
     return ids
+
+
+async def placed_sessions(clients: Clients, stack: Stack, count: int) -> list[Placed]:
+    """``count`` sessions, session i on runner i mod N, each created and bound through
+    the server its clients will use."""
+    bundle = agent_bundle(os_env=False)
+    placed = []
+    for i in range(count):
+        runner = i % len(stack.runners)
+        server = stack.client_server(runner)
+        client = clients.api[server]
+        session_id = await create_session(client, bundle, f"bench-{i}")
+        await bind(client, session_id, stack.runner_ids[runner])
+        placed.append(Placed(session_id=session_id, runner=runner, server=server))
+    return placed
 
 
 def per_x(value: float, n: int, digits: int = 2) -> float:
@@ -381,7 +518,52 @@ async def snapshot_cost(
             "bytes": size,
             "sql": sql_delta(q0, await sql_counters(client), n),
         }
+        if count == 100:
+            not_modified = await not_modified_cost(client, server_pid, session_id, n)
+            if not_modified is not None:
+                out["304"] = {**not_modified, "items": count}
     return out
+
+
+async def not_modified_cost(
+    client: httpx.AsyncClient, server_pid: int, session_id: str, n: int
+) -> dict[str, Any] | None:
+    """The snapshot GET answered ``304``: ``If-None-Match`` with the ETag of a first GET.
+
+    What a polling client that keeps its last ETag costs while nothing changes; ``None``
+    when the server sends no ETag (nothing to measure).
+    """
+    path = f"/v1/sessions/{session_id}"
+    first = await client.get(path)
+    first.raise_for_status()
+    etag = first.headers.get("ETag")
+    if not etag:
+        return None
+    headers = {"If-None-Match": etag}
+
+    async def get() -> httpx.Response:
+        response = await client.get(path, headers=headers)
+        if response.status_code != 304:
+            raise RuntimeError(f"If-None-Match {etag} → HTTP {response.status_code}, not 304")
+        return response
+
+    for _ in range(20):
+        await get()
+    samples, size = [], 0
+    q0 = await sql_counters(client)
+    cpu0 = cpu_seconds(server_pid)
+    for _ in range(n):
+        t0 = time.perf_counter()
+        response = await get()
+        samples.append(time.perf_counter() - t0)
+        size = len(response.content)
+    cpu = cpu_seconds(server_pid) - cpu0
+    return {
+        **summary_ms(samples),
+        "server_cpu_ms": round(cpu * 1000 / n, 3),
+        "bytes": size,
+        "sql": sql_delta(q0, await sql_counters(client), n),
+    }
 
 
 # --------------------------------------------------------------------------- 3. single turns
@@ -452,12 +634,12 @@ def mean_of(dicts: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def measure_round(
-    client: httpx.AsyncClient,
+    clients: Clients,
     stack: Stack,
     turns: list[Any],
 ) -> tuple[float, list[Any], dict[str, Any]]:
     """Run the coroutines ``turns`` at once; return wall seconds, their results, counters."""
-    q0, m0 = await sql_counters(client), stack.meter_report()
+    q0, m0 = await sql_counters_all(clients.api), stack.meter_report()
     cpu = CpuClock(stack.pids())
     cpu.start()
     t0 = time.perf_counter()
@@ -465,39 +647,62 @@ async def measure_round(
     wall = time.perf_counter() - t0
     n = len(turns)
     cpu_ms = cpu.per_turn_ms(n)
+    by_process = cpu.per_process_ms(n)
     await asyncio.sleep(0.05)
     counters: dict[str, Any] = {
         "cpu_ms_per_turn": cpu_ms,
-        "sql_per_turn": sql_delta(q0, await sql_counters(client), n),
+        "sql_per_turn": sql_delta(q0, await sql_counters_all(clients.api), n),
     }
+    if by_process:
+        counters["cpu_ms_per_turn_by_process"] = by_process
     m1 = stack.meter_report()
     if m0 is not None and m1 is not None:
         counters["tunnel_per_turn"] = meter_delta(m0, m1, n)
     return wall, list(results), counters
 
 
+@dataclass
+class PollResult:
+    seconds: float
+    polls: int
+    bytes: int
+    not_modified: int
+
+
 async def poll_rounds(
-    client: httpx.AsyncClient,
-    pollers: httpx.AsyncClient,
+    clients: Clients,
     stack: Stack,
     args: argparse.Namespace,
     profile_dir: Path | None,
 ) -> list[dict[str, Any]]:
-    sessions = await new_sessions(client, stack.runner_id, args.sessions)
+    sessions = await placed_sessions(clients, stack, args.sessions)
     interval = args.poll_ms / 1000
+    etags: dict[str, str] = {}  # with --poll-etag: the last ETag each poller got
 
-    async def one(session_id: str, token: str) -> tuple[float, int, int]:
+    async def one(placed: Placed, token: str) -> PollResult:
+        session_id = placed.session_id
+        pollers = clients.pollers[placed.server]
         t0 = time.perf_counter()
-        accepted = await post_message(client, session_id, f"Say it {token}.")
+        accepted = await post_message(clients.api[placed.server], session_id, f"Say it {token}.")
         response_id = accepted["response_id"]
-        polls = size = 0
+        polls = size = not_modified = 0
         while True:
             # As the compatible clients do: wait the interval after each answer (a slow
             # server is polled less often, never in a burst of catch-up requests).
             await asyncio.sleep(interval)
-            response = await pollers.get(f"/v1/sessions/{session_id}")
+            etag = etags.get(session_id) if args.poll_etag else None
+            response = await pollers.get(
+                f"/v1/sessions/{session_id}", headers={"If-None-Match": etag} if etag else None
+            )
             polls += 1
             size += len(response.content)
+            if response.status_code == 304:
+                # Unchanged since the last 200, which was not this turn's end.
+                not_modified += 1
+                continue
+            response.raise_for_status()
+            if response.headers.get("ETag"):
+                etags[session_id] = response.headers["ETag"]
             body = response.json()
             if body.get("status") == "failed":
                 raise RuntimeError(f"session {session_id} failed: {body.get('last_task_error')}")
@@ -506,11 +711,11 @@ async def poll_rounds(
                 and (item.get("data") or {}).get("role") == "assistant"
                 for item in body.get("items", [])
             ):
-                return time.perf_counter() - t0, polls, size
+                return PollResult(time.perf_counter() - t0, polls, size, not_modified)
 
-    async def deadline(session_id: str, token: str) -> tuple[float, int, int]:
-        result: tuple[float, int, int] = await within(
-            one(session_id, token), args.turn_deadline, f"turn of {session_id}"
+    async def deadline(placed: Placed, token: str) -> PollResult:
+        result: PollResult = await within(
+            one(placed, token), args.turn_deadline, f"turn of {placed.session_id}"
         )
         return result
 
@@ -518,9 +723,9 @@ async def poll_rounds(
     profilers = start_profilers(stack, profile_dir, "poll", args)
     try:
         for number in range(1, args.rounds + 1):
-            tokens = await script_turns(stack.mock, client, len(sessions), args.words)
+            tokens = await script_turns(stack.mock, clients.api[0], len(sessions), args.words)
             wall, results, counters = await measure_round(
-                client, stack, [deadline(s, t) for s, t in zip(sessions, tokens, strict=True)]
+                clients, stack, [deadline(s, t) for s, t in zip(sessions, tokens, strict=True)]
             )
             n = len(results)
             rounds.append(
@@ -529,9 +734,10 @@ async def poll_rounds(
                     "turns": n,
                     "wall_s": round(wall, 3),
                     "turns_per_s": round(n / wall, 2),
-                    "turn": summary_ms([r[0] for r in results]),
-                    "polls_per_turn": per_x(sum(r[1] for r in results), n),
-                    "poll_bytes_per_turn": per_x(sum(r[2] for r in results), n, 1),
+                    "turn": summary_ms([r.seconds for r in results]),
+                    "polls_per_turn": per_x(sum(r.polls for r in results), n),
+                    "polls_304_per_turn": per_x(sum(r.not_modified for r in results), n),
+                    "poll_bytes_per_turn": per_x(sum(r.bytes for r in results), n, 1),
                     **counters,
                 }
             )
@@ -541,34 +747,39 @@ async def poll_rounds(
 
 
 async def stream_rounds(
-    client: httpx.AsyncClient,
-    readers: httpx.AsyncClient,
+    clients: Clients,
     stack: Stack,
     args: argparse.Namespace,
     profile_dir: Path | None,
 ) -> list[dict[str, Any]]:
-    sessions = await new_sessions(client, stack.runner_id, args.sessions)
+    sessions = await placed_sessions(clients, stack, args.sessions)
     watch = TurnWatch()
-    streams = [CountingStream(readers, sid, watch.listener(sid)) for sid in sessions]
+    streams = [
+        CountingStream(clients.readers[p.server], p.session_id, watch.listener(p.session_id))
+        for p in sessions
+    ]
     rounds = []
     try:
         await open_streams(streams)
 
-        async def one(session_id: str, token: str) -> float:
+        async def one(placed: Placed, token: str) -> float:
+            session_id = placed.session_id
             watch.reset(session_id)
             t0 = time.perf_counter()
-            accepted = await post_message(client, session_id, f"Say it {token}.")
+            accepted = await post_message(
+                clients.api[placed.server], session_id, f"Say it {token}."
+            )
             t_end = await watch.wait(session_id, accepted["response_id"], args.turn_deadline)
             return t_end - t0
 
         profilers = start_profilers(stack, profile_dir, "stream", args)
         try:
             for number in range(1, args.rounds + 1):
-                tokens = await script_turns(stack.mock, client, len(sessions), args.words)
+                tokens = await script_turns(stack.mock, clients.api[0], len(sessions), args.words)
                 e0 = sum(s.events for s in streams)
                 b0 = sum(s.bytes for s in streams)
                 wall, results, counters = await measure_round(
-                    client, stack, [one(s, t) for s, t in zip(sessions, tokens, strict=True)]
+                    clients, stack, [one(s, t) for s, t in zip(sessions, tokens, strict=True)]
                 )
                 n = len(results)
                 rounds.append(
@@ -590,12 +801,58 @@ async def stream_rounds(
     return rounds
 
 
+async def warm_up(
+    clients: Clients, stack: Stack, runners: list[int], args: argparse.Namespace
+) -> None:
+    """One untimed turn on each runner in ``runners``, through the server its sessions'
+    clients use.
+
+    A process's first turn pays once for what later turns reuse (imports, the LLM
+    client, the first requests of each view); runner 0 has paid it in the single turns
+    when they ran, the others have not. Without this the first round would charge that
+    start-up to a number of turns that shrinks as the servers grow.
+    """
+    bundle = agent_bundle(os_env=False)
+    watch = TurnWatch()
+    for index in runners:
+        server = stack.client_server(index)
+        client = clients.api[server]
+        session_id = await create_session(client, bundle, f"bench-warm-up-{index}")
+        await bind(client, session_id, stack.runner_ids[index])
+        (token,) = await script_turns(stack.mock, client, 1, args.words)
+        stream = CountingStream(clients.readers[server], session_id, watch.listener(session_id))
+        try:
+            await open_streams([stream])
+            watch.reset(session_id)
+            accepted = await post_message(client, session_id, f"Say it {token}.")
+            await watch.wait(session_id, accepted["response_id"], args.turn_deadline)
+        finally:
+            await stream.close()
+
+
+def profiled_processes(count: int) -> list[str]:
+    """Names of the profiled processes: ``server``/``runner``, or ``server0``… of several."""
+    if count == 1:
+        return ["server", "runner"]
+    return [f"{role}{i}" for i in range(count) for role in ("server", "runner")]
+
+
 def start_profilers(
     stack: Stack, profile_dir: Path | None, mode: str, args: argparse.Namespace
 ) -> list[tuple[str, Profiler]]:
     if profile_dir is None:
         return []
-    pids = {"server": stack.server.process.popen.pid, "runner": stack.runner.popen.pid}
+    pids = dict(
+        zip(
+            profiled_processes(len(stack.servers)),
+            [
+                pid
+                for server, runner in zip(stack.servers, stack.runners, strict=True)
+                for pid in (server.process.popen.pid, runner.popen.pid)
+            ],
+            strict=True,
+        )
+    )
     profilers = [
         (f"{mode}.{name}", Profiler(pid, profile_dir / f"{mode}-{name}.txt", args.profile_rate))
         for name, pid in pids.items()
@@ -616,20 +873,33 @@ async def measure(
     stack: Stack, args: argparse.Namespace, profile_dir: Path | None
 ) -> dict[str, Any]:
     limit = args.sessions * 2 + 10
-    async with (
-        async_client(stack.server.url, connections=limit, timeout=60) as client,
-        async_client(stack.server.url, connections=args.sessions + 5, timeout=60) as pollers,
-        async_client(stack.server.url, connections=args.sessions + 5, timeout=60) as readers,
-    ):
+    async with contextlib.AsyncExitStack() as exits:
+
+        async def per_server(connections: int) -> list[httpx.AsyncClient]:
+            return [
+                await exits.enter_async_context(
+                    async_client(server.url, connections=connections, timeout=60)
+                )
+                for server in stack.servers
+            ]
+
+        clients = Clients(
+            api=await per_server(limit),
+            pollers=await per_server(args.sessions + 5),
+            readers=await per_server(args.sessions + 5),
+        )
+        client = clients.api[0]
         result: dict[str, Any] = {}
-        if profile_dir is None:
+        if profile_dir is None and not args.rounds_only:
             result["floor"] = await floor(client, stack, args)
             result["snapshot"] = await snapshot_cost(client, stack, args)
             result["single"] = await single_turns(client, stack, args)
+        ran_single = "single" in result
+        await warm_up(clients, stack, list(range(1 if ran_single else 0, len(stack.runners))), args)
         if "poll" in args.modes:
-            result["poll"] = await poll_rounds(client, pollers, stack, args, profile_dir)
+            result["poll"] = await poll_rounds(clients, stack, args, profile_dir)
         if "stream" in args.modes:
-            result["stream"] = await stream_rounds(client, readers, stack, args, profile_dir)
+            result["stream"] = await stream_rounds(clients, stack, args, profile_dir)
     return result
 
 
@@ -680,6 +950,8 @@ def flatten(run: dict[str, Any]) -> dict[str, float]:
             put(f"{base}.p95_ms", rnd["turn"]["p95_ms"])
             for proc, ms in rnd["cpu_ms_per_turn"].items():
                 put(f"{base}.cpu_ms.{proc}", ms)
+            for proc, ms in rnd.get("cpu_ms_per_turn_by_process", {}).items():
+                put(f"{base}.cpu_ms.{proc}", ms)
             put(
                 f"{base}.cpu_ms.server+runner",
                 rnd["cpu_ms_per_turn"]["server"] + rnd["cpu_ms_per_turn"]["runner"],
@@ -694,6 +966,7 @@ def flatten(run: dict[str, Any]) -> dict[str, float]:
                     put(f"{base}.tunnel_bytes_{direction}", tunnel[f"bytes_{direction}_per_turn"])
             for key in (
                 "polls_per_turn",
+                "polls_304_per_turn",
                 "poll_bytes_per_turn",
                 "stream_events_per_turn",
                 "stream_bytes_per_turn",
@@ -726,6 +999,7 @@ def floor_multiples(medians: dict[str, float]) -> dict[str, float]:
     steps = {
         "snapshot GET, 10 items": ("snapshot.10.p50_ms", "snapshot.10.server_cpu_ms"),
         "snapshot GET, 100 items": ("snapshot.100.p50_ms", "snapshot.100.server_cpu_ms"),
+        "snapshot GET → 304, 100 items": ("snapshot.304.p50_ms", "snapshot.304.server_cpu_ms"),
         "POST …/events (message) → 202": ("single.post_202.p50_ms", None),
         "second turn alone, POST → idle": ("single.turn2.p50_ms", "single.turn2.cpu_ms.server"),
         "/health": ("floor.health.p50_ms", "floor.health.server_cpu_ms"),
@@ -740,6 +1014,93 @@ def floor_multiples(medians: dict[str, float]) -> dict[str, float]:
             medians["floor.event_ack.p50_ms"] / ws, 1
         )
     return out
+
+
+def scaled(args: argparse.Namespace, count: int) -> argparse.Namespace:
+    """The options of one ``--scaling`` run: ``count`` servers on PostgreSQL + Redis,
+    the concurrent rounds only."""
+    copy = argparse.Namespace(**vars(args))
+    copy.servers = count
+    copy.database = "postgres"
+    copy.cross = args.cross and count > 1
+    copy.rounds_only = True
+    return copy
+
+
+SCALING_COLUMNS = (
+    ("poll r1", "poll.round1.turns_per_s"),
+    ("poll r2", "poll.round2.turns_per_s"),
+    ("sse r1", "stream.round1.turns_per_s"),
+    ("sse r2", "stream.round2.turns_per_s"),
+    ("poll srv", "poll.round2.cpu_ms.server"),
+    ("poll run", "poll.round2.cpu_ms.runner"),
+    ("sse srv", "stream.round2.cpu_ms.server"),
+    ("sse run", "stream.round2.cpu_ms.runner"),
+)
+
+
+def run_scaling(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """``--scaling``: the concurrent rounds for each server count, ``--runs`` times each
+    (the counts interleaved, so a drift of the machine's speed hits them all alike)."""
+    counts: list[int] = args.scaling
+    runs: dict[int, list[dict[str, Any]]] = {count: [] for count in counts}
+    flats: dict[int, list[dict[str, float]]] = {count: [] for count in counts}
+    for number in range(1, args.runs + 1):
+        for count in counts:
+            print(f"== run {number}/{args.runs}: {count} server process(es)", flush=True)
+            run = one_run(scaled(args, count))
+            runs[count].append(run)
+            flats[count].append(flatten(run))
+            for key, value in flats[count][-1].items():
+                if key.endswith(("turns_per_s", "p50_ms", "server+runner")):
+                    print(f"   {key}: {value:g}", flush=True)
+    result["scaling"] = {
+        str(count): {
+            "servers": count,
+            "cross": args.cross and count > 1,
+            "runs": runs[count],
+            "spread_min_median_max": spread(flats[count]),
+        }
+        for count in counts
+    }
+    rows = []
+    for count in counts:
+        medians = {
+            key: values[1]
+            for key, values in result["scaling"][str(count)]["spread_min_median_max"].items()
+        }
+        rows.append({"servers": count, **{key: medians.get(key) for _, key in SCALING_COLUMNS}})
+    result["scaling_table"] = rows
+    where = (
+        "the next server (--cross; N=1: the only one)"
+        if args.cross
+        else "the server of their runner"
+    )
+    print(
+        f"== scaling on PostgreSQL + Redis, medians of {args.runs} run(s); clients use {where}",
+        flush=True,
+    )
+    print(
+        "   turns/s by round; CPU ms per turn of round 2: all servers (srv), all runners (run)",
+        flush=True,
+    )
+    print("   " + f"{'N':>3}" + "".join(f" {label:>9}" for label, _ in SCALING_COLUMNS), flush=True)
+    for row in rows:
+        cells = "".join(
+            f" {row[key]:>9g}" if row[key] is not None else f" {'-':>9}"
+            for _, key in SCALING_COLUMNS
+        )
+        print(f"   {row['servers']:>3}{cells}", flush=True)
+
+
+def parse_counts(text: str) -> list[int]:
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of server counts: {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"server counts must be 1 or more: {text!r}")
+    return counts
 
 
 def main() -> int:
@@ -757,19 +1118,62 @@ def main() -> int:
         "--modes", default="poll,stream", help="concurrent modes: poll, stream or both"
     )
     parser.add_argument(
-        "--no-tunnel-meter", action="store_true", help="the runner dials the server directly"
+        "--servers",
+        type=int,
+        default=1,
+        help="server processes, each with a runner of its own (more than one: PostgreSQL + Redis)",
+    )
+    parser.add_argument(
+        "--database",
+        choices=("sqlite", "postgres"),
+        help="sqlite (in-memory channel layer) or postgres (with the Redis channel layer); "
+        "default sqlite for one server, postgres for several",
+    )
+    parser.add_argument(
+        "--cross",
+        action="store_true",
+        help="a session's clients use the server after its runner's, so every turn "
+        "crosses Redis (needs 2 or more servers)",
+    )
+    parser.add_argument(
+        "--poll-etag",
+        action="store_true",
+        help="pollers send If-None-Match with the last ETag they got (304s are counted)",
+    )
+    parser.add_argument(
+        "--scaling",
+        type=parse_counts,
+        metavar="N,N,...",
+        help="only the concurrent rounds, for each server count on PostgreSQL + Redis; "
+        "prints a table (e.g. 1,2,3)",
+    )
+    parser.add_argument(
+        "--no-tunnel-meter", action="store_true", help="each runner dials its server directly"
     )
     parser.add_argument(
         "--profile",
         type=Path,
         metavar="DIR",
-        help="one more run (not in the spread) with py-spy on the server and the runner "
+        help="one more run (not in the spread) with py-spy on the servers and the runners "
         "during the concurrent rounds; raw stacks in DIR (outside the repository)",
     )
     parser.add_argument("--profile-rate", type=int, default=200, help="py-spy samples/s")
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args()
     args.modes = {m.strip() for m in args.modes.split(",") if m.strip()}
+    if args.servers < 1:
+        parser.error("--servers must be 1 or more")
+    if args.scaling and args.database == "sqlite":
+        parser.error("--scaling runs every server count on PostgreSQL + Redis")
+    if args.database is None:
+        args.database = "sqlite" if args.servers == 1 else "postgres"
+    if args.database == "sqlite" and args.servers > 1:
+        parser.error("several server processes share PostgreSQL + Redis, not SQLite")
+    if args.cross and args.servers < 2 and not args.scaling:
+        parser.error("--cross needs --servers 2 or more")
+    if args.scaling and args.profile is not None:
+        parser.error("--profile profiles one configuration: use it with --servers, not --scaling")
+    args.rounds_only = False
     sigterm_as_interrupt()
 
     result: dict[str, Any] = {
@@ -778,9 +1182,19 @@ def main() -> int:
         "sessions": args.sessions,
         "rounds": args.rounds,
         "poll_ms": args.poll_ms,
+        "poll_etag": args.poll_etag,
         "words": args.words,
         "tunnel_meter": not args.no_tunnel_meter,
+        "cross": args.cross,
     }
+    if args.scaling:
+        result["scaling_servers"] = args.scaling
+        result["database"] = "postgres"
+        run_scaling(args, result)
+        final_json(result)
+        return 0
+    result["servers"] = args.servers
+    result["database"] = args.database
     runs, flats = [], []
     for number in range(1, args.runs + 1):
         print(f"== run {number}/{args.runs}", flush=True)
@@ -808,7 +1222,7 @@ def main() -> int:
         result["profile"] = {
             f"{mode}.{proc}": summarise_profile(args.profile / f"{mode}-{proc}.txt")
             for mode in sorted(args.modes)
-            for proc in ("server", "runner")
+            for proc in profiled_processes(args.servers)
         }
         for name, summary in result["profile"].items():
             print(f"   {name}: {summary.get('samples', 0)} samples", flush=True)
