@@ -283,6 +283,13 @@ def sql_delta(before: dict[str, Any], after: dict[str, Any], n: int) -> dict[str
         "statements": round((after["statements"] - before["statements"]) / n, 2),
         "by_verb": by_verb,
         "sql_ms": round(ms * 1000 / n, 3),
+        # Wall time inside the statements, lock waits included (BEGIN IMMEDIATE on SQLite
+        # waits for the write lock).
+        "sql_ms_by_verb": {
+            k: round((v - before["seconds_by_verb"].get(k, 0.0)) * 1000 / n, 3)
+            for k, v in sorted(after["seconds_by_verb"].items())
+            if v - before["seconds_by_verb"].get(k, 0.0) > 0
+        },
         "sql_ms_by_thread": {
             k: round((threads[k] - before["seconds_by_thread"].get(k, 0.0)) * 1000 / n, 3)
             for k in sorted(threads)

@@ -150,6 +150,9 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's backend with write transactions queued in the process instead of in
+    # SQLite's sleeping busy handler (omnigent_site/runtime/sqlite3/base.py).
+    DATABASES["default"]["ENGINE"] = "omnigent_site.runtime.sqlite3"
     # WAL and a busy timeout let the consumer and views write concurrently.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {

@@ -30,6 +30,9 @@ breaks a test, not production.
   runners app's stale-runner sweep) without ``omnigent_site`` importing them.
 - ``channel_layer``: the embedded (in-memory) and scale-out (Redis) channel layers,
   with one receive prefix per process, cheaper sweeps and no orphaned buffers.
+- ``sqlite3``: Django's SQLite backend (the ``ENGINE`` on SQLite) with write
+  transactions queued on a lock in the process instead of sleeping in SQLite's busy
+  handler (guards: ``tests/unit/test_sqlite_write_lock.py``).
 
 Apps never import these internals except through the small surface below and
 ``flow``/``shutdown`` (the stream uses them).
