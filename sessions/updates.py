@@ -29,7 +29,7 @@ from django.db import transaction
 
 from .eventlog import Publication, publish_later, send_all, sse_frame
 from .models import Permission, Session
-from .selectors import pending_approval_count
+from .selectors import session_list_row
 from .shapes import session_removed_event, session_row_event
 
 RowKind = Literal["session.added", "session.updated"]
@@ -82,14 +82,7 @@ def row_publications(
     *, session_id: str, kind: RowKind, only: int | None = None
 ) -> list[Publication]:
     """The session's list row for each grantee (or for user ``only``), read now."""
-    # Read like a row of ``GET /v1/sessions`` (``selectors.sessions_granted_to``), with
-    # the count of open questions.
-    session = (
-        Session.objects.select_related("agent", "runner")
-        .annotate(pending_elicitations_count=pending_approval_count())
-        .filter(pk=session_id)
-        .first()
-    )
+    session = session_list_row(session_id=session_id)
     if session is None:
         return []
     grants = Permission.objects.filter(session_id=session_id)

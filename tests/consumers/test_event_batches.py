@@ -225,3 +225,30 @@ def test_a_batch_announces_a_session_list_row_once_with_its_final_state(
     # Read once at the end of the batch: no second message follows.
     with pytest.raises(asyncio.TimeoutError):
         async_to_sync(asyncio.wait_for)(layer.receive(channel), 0.2)
+
+
+def test_the_announced_list_row_counts_the_open_questions(
+    bound: tuple[Session, Turn, Runner], alice: Any
+) -> None:
+    session, turn, runner = bound
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(user_group(alice.pk), channel)
+    asked = [
+        protocol.ApprovalRequested(
+            response_id=turn.id,
+            call_id=f"call_{n}",
+            tool="sys_os_write",
+            arguments={"path": "a.txt"},
+            policy_name="ask",
+            reason="writes",
+            ask_timeout=60.0,
+        )
+        for n in (1, 2)
+    ]
+    run = [(session.id, n, event) for n, event in enumerate(asked, start=1)]
+    services.record_runner_events(runner_id=runner.id, events=run)
+    message = async_to_sync(layer.receive)(channel)
+    frame = message["frame"]
+    assert '"pending_elicitations_count":2' in frame, frame
+    assert f'"runner_id":"{runner.id}"' in frame and '"agent_name":"file-helper"' in frame
