@@ -68,7 +68,7 @@ def _accept_with_command(
     item, response = runner_events.accept_message(
         session_id=session_id, created_by=created_by, data=data, tools=tools
     )
-    return item, response, runner_events.turn_start_command(response=response)
+    return item, response, runner_events.turn_start_command(response=response, inputs=[item])
 
 
 async def submit_message(

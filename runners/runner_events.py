@@ -72,8 +72,13 @@ def session_open_command(*, session: Session) -> protocol.SessionOpen:
     )
 
 
-def turn_start_command(*, response: Turn) -> protocol.TurnStart:
-    inputs = Item.objects.filter(response=response, data__role="user").order_by("seq")
+def turn_start_command(
+    *, response: Turn, inputs: Sequence[Item] | None = None
+) -> protocol.TurnStart:
+    """``inputs``: the turn's user items when the caller has them (a turn just accepted
+    has exactly its message); read from the database otherwise."""
+    if inputs is None:
+        inputs = list(Item.objects.filter(response=response, data__role="user").order_by("seq"))
     return protocol.TurnStart(
         session_id=response.session_id,
         response_id=response.id,
@@ -160,7 +165,9 @@ def accept_message(
 ) -> tuple[Item, Turn]:
     """Store the user item and its queued turn, and tell watchers the input was consumed."""
     with transaction.atomic():
-        session = Session.objects.select_for_update().get(pk=session_id)
+        session = row_by(Session, "id", session_id, for_update=True)
+        if session is None:
+            raise Session.DoesNotExist(f"session {session_id} does not exist")
         with writing_events(session=session):
             item, response = _store_message(session, created_by=created_by, data=data, tools=tools)
     return item, response
