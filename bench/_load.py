@@ -260,7 +260,9 @@ async def open_streams(streams: list[CountingStream]) -> None:
 class Profiler:
     """``py-spy record`` on one process (raw collapsed stacks, idle threads left out)."""
 
-    def __init__(self, pid: int, output: Path, rate: int) -> None:
+    def __init__(self, pid: int, output: Path, rate: int, *, gil_only: bool = False) -> None:
+        """``gil_only``: sample only the thread holding the GIL (py-spy ``--gil``), so the
+        profile shows where CPU goes rather than where threads wait."""
         exe = Path(sys.executable).with_name("py-spy")
         self.output = output
         self.log = open(output.with_suffix(".log"), "ab")  # noqa: SIM115 - closed in stop()
@@ -276,6 +278,7 @@ class Profiler:
                 "raw",
                 "--nonblocking",
                 "--threads",
+                *(["--gil"] if gil_only else []),
                 "--output",
                 str(output),
             ],

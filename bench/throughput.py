@@ -861,7 +861,15 @@ def start_profilers(
         )
     )
     profilers = [
-        (f"{mode}.{name}", Profiler(pid, profile_dir / f"{mode}-{name}.txt", args.profile_rate))
+        (
+            f"{mode}.{name}",
+            Profiler(
+                pid,
+                profile_dir / f"{mode}-{name}.txt",
+                args.profile_rate,
+                gil_only=args.profile_gil,
+            ),
+        )
         for name, pid in pids.items()
     ]
     time.sleep(1.0)  # py-spy attaches before the first round starts
@@ -1165,6 +1173,11 @@ def main() -> int:
         "during the concurrent rounds; raw stacks in DIR (outside the repository)",
     )
     parser.add_argument("--profile-rate", type=int, default=200, help="py-spy samples/s")
+    parser.add_argument(
+        "--profile-gil",
+        action="store_true",
+        help="sample only the thread holding the GIL (where CPU goes, not where threads wait)",
+    )
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args()
     args.modes = {m.strip() for m in args.modes.split(",") if m.strip()}

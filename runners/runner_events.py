@@ -24,7 +24,7 @@ from sessions import approvals, blobs, policies, updates
 from sessions import files as session_files
 from sessions.approval_shapes import policy_denied_event
 from sessions.eventlog import record_event, writing_events
-from sessions.models import Item, Session, Turn
+from sessions.models import Agent, Item, Session, Turn
 from sessions.selectors import response_output
 from sessions.shapes import ResponseEventOut, response_event_body
 from workspaces.services import apply_workspace_changes
@@ -320,8 +320,15 @@ def _turn(session: Session, response_id: str | None) -> Turn | None:
     return response if response is not None and response.session_id == session.id else None
 
 
+def _model(session: Session) -> str:
+    """The session's model name for ``response`` payloads, its agent read on first need
+    (most runner events are text deltas, which need none), in plain SQL (rawsql.py)."""
+    if not Session.agent.is_cached(session):
+        session.agent = row_by(Agent, "id", session.agent_id)  # type: ignore[assignment]
+    return session.agent.model
+
+
 def _apply(session: Session, event: protocol.AnyEvent | protocol.UnparsedEvent) -> None:
-    model = session.agent.model
     if isinstance(event, protocol.OutputTextDelta):  # the most frequent first
         record_event(
             session_id=session.id,
@@ -343,7 +350,7 @@ def _apply(session: Session, event: protocol.AnyEvent | protocol.UnparsedEvent) 
         if response.status == Turn.Status.QUEUED:
             response.status = Turn.Status.IN_PROGRESS
             response.save(update_fields=["status"])
-        payload = response_payload(response, model=model)
+        payload = response_payload(response, model=_model(session))
         record_event(
             session_id=session.id, payload={"type": "response.created", "response": payload}
         )
@@ -357,7 +364,10 @@ def _apply(session: Session, event: protocol.AnyEvent | protocol.UnparsedEvent) 
         if response is None:
             raise MalformedEvent(f"{protocol.frame_type(event)} for an unknown response")
         _finish_turn(
-            response, status=TURN_END_STATUS[type(event)], error=_error(event.error), model=model
+            response,
+            status=TURN_END_STATUS[type(event)],
+            error=_error(event.error),
+            model=_model(session),
         )
     elif isinstance(event, protocol.WorkspaceChanges):
         try:
@@ -432,9 +442,7 @@ def _apply_status(session: Session, event: protocol.SessionStatus) -> None:
         # so no turn is left open behind a failed session.
         response = _turn(session, response_id)
         if response is not None:
-            _finish_turn(
-                response, status=Turn.Status.FAILED, error=error, model=session.agent.model
-            )
+            _finish_turn(response, status=Turn.Status.FAILED, error=error, model=_model(session))
         response_id = None
     _set_session_state(session, status=status, response_id=response_id, error=error)
 
