@@ -5,6 +5,10 @@ arrive, the final text, and the function calls. This module hides how the Respon
 API and Chat Completions deliver them, and turns the SDK's exceptions into the two
 failure codes of agents.md (``connection_error``, ``llm_error``) so the loop does not
 depend on SDK details.
+
+The conversation and the tools go to the SDK as ``extra_body`` (see
+:func:`_call_responses`): they are plain JSON in wire format already, and the SDK's
+per-request parameter transform would otherwise walk all of them on every call.
 """
 
 from __future__ import annotations
@@ -115,19 +119,32 @@ def _detail(exc: openai.APIError) -> str:
 async def _call_responses(
     client: openai.AsyncOpenAI, request: ModelRequest, on_delta: DeltaCallback
 ) -> ModelAnswer:
-    kwargs: dict[str, Any] = {
-        "model": request.model,
-        "input": to_responses_input(request.history),
-        "stream": True,
-    }
+    """Stream one Responses answer, sending the conversation and tools as ``extra_body``.
+
+    Passed as keywords, the SDK runs them through its parameter transform
+    (``async_maybe_transform`` against ``ResponseCreateParams``), which walks the whole
+    conversation against its TypedDict annotations on every call: most of the runner's
+    CPU per turn, growing with the history (issue 14). Ours are wire-format JSON
+    already (``transcript.py``), so the transform only ever returns an equal copy.
+    ``extra_body`` is the SDK's public "additional JSON properties" option: it is merged
+    into the body untouched, after the transform, at the same place in the request
+    build, so retries, timeouts, headers, auth and the typed event stream
+    (``stream=True`` → ``AsyncStream[ResponseStreamEvent]``) stay the SDK's own.
+    ``tests/unit/test_llm_wire_body.py`` guards that the bytes sent equal what the
+    keyword form sends, so an SDK release whose transform changes these parameters
+    fails a test instead of changing the wire silently.
+    """
+    body: dict[str, Any] = {"input": to_responses_input(request.history)}
     if request.instructions:
-        kwargs["instructions"] = request.instructions
+        body["instructions"] = request.instructions
     if request.tools:
-        kwargs["tools"] = to_responses_tools(request.tools)
+        body["tools"] = to_responses_tools(request.tools)
     deltas: list[str] = []
     done_items: list[Any] = []
     final_output: list[Any] | None = None
-    stream = await client.responses.create(**kwargs)
+    # Events are read by their ``type`` tag, which mypy cannot narrow the SDK's event
+    # union through; the stream object is the SDK's typed ``AsyncStream`` all the same.
+    stream: Any = await client.responses.create(model=request.model, stream=True, extra_body=body)
     async with stream:
         async for event in stream:
             kind = event.type
@@ -178,16 +195,26 @@ def _answer_from_items(items: Sequence[Any], deltas: Sequence[str]) -> ModelAnsw
 async def _call_chat(
     client: openai.AsyncOpenAI, request: ModelRequest, on_delta: DeltaCallback
 ) -> ModelAnswer:
-    kwargs: dict[str, Any] = {
-        "model": request.model,
-        "messages": to_chat_messages(request.instructions, request.history),
-        "stream": True,
-    }
+    """Stream one Chat Completions answer, sending the messages and tools as ``extra_body``.
+
+    Why ``extra_body``: see :func:`_call_responses`. ``messages`` is a required keyword of
+    ``create``, so it is given as an empty list (which the transform passes at no
+    cost) and ``extra_body`` replaces it: the SDK merges ``extra_body`` over the
+    transformed body, its keys taking precedence ("the extra values given here take
+    precedence over values defined on the client or passed to this method"), and the
+    key keeps its place in the JSON. That is preferred to the SDK's low-level
+    ``client.post("/chat/completions", ...)``, which would leave us to repeat what the
+    resource method chooses per endpoint (path, auth scheme, response and stream
+    types) and to track those SDK internals across releases.
+    """
+    body: dict[str, Any] = {"messages": to_chat_messages(request.instructions, request.history)}
     if request.tools:
-        kwargs["tools"] = list(request.tools)
+        body["tools"] = list(request.tools)
     texts: list[str] = []
     calls: dict[int, dict[str, str]] = {}
-    stream = await client.chat.completions.create(**kwargs)
+    stream = await client.chat.completions.create(
+        model=request.model, messages=[], stream=True, extra_body=body
+    )
     async with stream:
         async for chunk in stream:
             for choice in chunk.choices or []:
