@@ -16,6 +16,7 @@ production configuration: this module only adds
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -39,10 +40,16 @@ def _thread_kind(name: str) -> str:
     return name.split("-", 1)[0].rstrip("_0123456789") or name
 
 
+_log_path = os.environ.get("BENCH_SQL_LOG")
+
+
 def _count(
     execute: Callable[..., Any], sql: str, params: Any, many: bool, context: dict[str, Any]
 ) -> Any:
     verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else "?"
+    if _log_path:
+        with _lock, open(_log_path, "a") as log:
+            log.write(f"{time.time():.4f} {threading.current_thread().name} {sql[:160]}\n")
     started = time.perf_counter()
     try:
         return execute(sql, params, many, context)

@@ -23,7 +23,7 @@ from omnigent_site.timeutil import unix
 from sessions import approvals, blobs, policies, updates
 from sessions import files as session_files
 from sessions.approval_shapes import policy_denied_event
-from sessions.eventlog import record_event, writing_events
+from sessions.eventlog import record_event, save_session_fields, writing_events
 from sessions.models import Agent, Item, Session, Turn
 from sessions.selectors import response_output
 from sessions.shapes import ResponseEventOut, response_event_body
@@ -94,9 +94,15 @@ def turn_start_command(
 # --- event payloads for watchers --------------------------------------------------
 
 
-def response_payload(response: Turn, *, model: str) -> ResponseEventOut:
-    """The ``response`` of ``response.*`` stream events: the shape of ``sessions.shapes``."""
-    return response_event_body(response, output=response_output(response=response), model=model)
+def response_payload(
+    response: Turn, *, model: str, output: list[dict[str, Any]] | None = None
+) -> ResponseEventOut:
+    """The ``response`` of ``response.*`` stream events: the shape of ``sessions.shapes``.
+
+    ``output``: the turn's output when the caller knows it; read otherwise."""
+    if output is None:
+        output = response_output(response=response)
+    return response_event_body(response, output=output, model=model)
 
 
 def _status_event(session: Session) -> dict[str, Any]:
@@ -129,7 +135,7 @@ def _set_session_state(
     session.status = status
     session.active_response_id = response_id
     session.last_task_error = error
-    session.save(update_fields=["status", "active_response_id", "last_task_error", "updated_at"])
+    save_session_fields(session, ["status", "active_response_id", "last_task_error", "updated_at"])
     record_event(session_id=session.id, payload=_status_event(session))
     updates.announce_session(session_id=session.id)
 
@@ -301,8 +307,8 @@ def _record_run(
                         "session %s: skipped malformed runner event %s: %s", session_id, seq, exc
                     )
                 session.last_runner_seq = seq
-        if session.last_runner_seq != stored:
-            Session.objects.filter(pk=session_id).update(last_runner_seq=session.last_runner_seq)
+            if session.last_runner_seq != stored:
+                save_session_fields(session, ["last_runner_seq"])
         return session.last_runner_seq
 
 
@@ -347,10 +353,12 @@ def _apply(session: Session, event: protocol.AnyEvent | protocol.UnparsedEvent) 
         response = _turn(session, event.response_id)
         if response is None:
             raise MalformedEvent("response.created for an unknown response")
+        output: list[dict[str, Any]] | None = None
         if response.status == Turn.Status.QUEUED:
             response.status = Turn.Status.IN_PROGRESS
             response.save(update_fields=["status"])
-        payload = response_payload(response, model=_model(session))
+            output = []  # nothing of a turn that only now starts (its input is not output)
+        payload = response_payload(response, model=_model(session), output=output)
         record_event(
             session_id=session.id, payload={"type": "response.created", "response": payload}
         )
@@ -482,12 +490,20 @@ def _apply_item(session: Session, event: protocol.OutputItemDone) -> None:
             "created_by": None,
         }
     else:
-        item, created = Item.objects.get_or_create(
-            session=session,
-            id=item_id,
-            defaults={"type": item_type, "status": status, "data": data, "response": response},
-        )
-        if not created:
+        # Read, then write: no savepoint. A concurrent insert of the same id (not
+        # possible while the session row is locked) would fail the batch, which is then
+        # stored event by event.
+        item = Item.objects.filter(session=session, id=item_id).first()
+        if item is None:
+            item = Item.objects.create(
+                session=session,
+                id=item_id,
+                type=item_type,
+                status=status,
+                data=data,
+                response=response,
+            )
+        else:
             item.status, item.data = status, data
             item.save(update_fields=["status", "data"])
         shown = item.flat()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -57,12 +57,14 @@ def record_event(*, session_id: str, payload: dict[str, Any]) -> SessionEvent:
 
 
 class _EventWriter:
-    """The events of one session recorded inside ``writing_events``, numbered in memory."""
+    """The events of one session recorded inside ``writing_events``, numbered in memory,
+    and the fields of its row saved with them (``save_session_fields``)."""
 
     def __init__(self, session: Session) -> None:
         self.session_id = session.id
         self.session = session
         self.events: list[SessionEvent] = []
+        self.fields: set[str] = set()
 
     def add(self, payload: dict[str, Any]) -> SessionEvent:
         self.session.last_event_seq += 1
@@ -76,15 +78,41 @@ class _EventWriter:
         return event
 
     def store(self) -> None:
-        if not self.events:
-            return
+        fields, self.fields = self.fields, set()
         events, self.events = self.events, []
-        SessionEvent.objects.bulk_create(events)
+        if events:
+            SessionEvent.objects.bulk_create(events)
+            fields.add("last_event_seq")
+        if fields:
+            # One UPDATE for the row: the numbering and whatever else the block changed.
+            Session.objects.filter(pk=self.session_id).update(
+                **{name: getattr(self.session, name) for name in sorted(fields)}
+            )
+        if not events:
+            return
         first, newest = events[0].seq, events[-1].seq
-        Session.objects.filter(pk=self.session_id).update(last_event_seq=newest)
         if newest // PRUNE_EVERY != (first - 1) // PRUNE_EVERY:
             _prune(session_id=self.session_id, newest=newest)
         transaction.on_commit(lambda: _publish_or_hold(events))
+
+
+def save_session_fields(session: Session, fields: Iterable[str]) -> None:
+    """Save ``fields`` of ``session``'s row: inside a ``writing_events`` block for it,
+    together with its events at the end of the block (one UPDATE); otherwise now.
+
+    ``auto_now`` fields among them (``updated_at``) get the current time, as
+    ``Model.save`` would give them.
+    """
+    names = list(fields)
+    for name in names:
+        field = Session._meta.get_field(name)
+        if getattr(field, "auto_now", False):
+            setattr(session, name, field.pre_save(session, add=False))  # type: ignore[union-attr]
+    writer: _EventWriter | None = getattr(_writing, "writer", None)
+    if writer is not None and writer.session is session:
+        writer.fields.update(names)
+        return
+    Session.objects.filter(pk=session.pk).update(**{name: getattr(session, name) for name in names})
 
 
 _writing = threading.local()

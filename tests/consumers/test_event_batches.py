@@ -99,6 +99,12 @@ def test_a_turn_in_one_batch_is_stored_in_order_with_contiguous_numbers(
     statements = [q["sql"] for q in queries.captured_queries]
     assert sum(1 for sql in statements if "INSERT" in sql and "sessionevent" in sql) == 1
     assert len(statements) < len(WORDS), statements
+    # The row's numbering, runner cursor and new status: one UPDATE for the batch.
+    row_updates = [
+        sql for sql in statements if sql.startswith(f'UPDATE "{Session._meta.db_table}"')
+    ]
+    assert len(row_updates) == 1, row_updates
+    assert after.updated_at > session.updated_at  # auto_now applied with the status
 
 
 def test_duplicates_in_and_before_a_batch_change_nothing(
