@@ -53,6 +53,7 @@ bench: bootstrap-dev
 	$(BIN)/python bench/turn.py --scale-out --turns 20
 	$(BIN)/python bench/throughput.py --runs 5
 	$(BIN)/python bench/throughput.py --scaling 1,2,3
+	$(BIN)/python bench/runner_llm.py
 	$(BIN)/python bench/stream.py
 	$(BIN)/python bench/channel_layers.py
 	$(BIN)/python bench/protocol.py
