@@ -38,6 +38,7 @@ from testing.processes import (  # noqa: E402
     drop_redis_keys,
     migrate,
     postgres_database,
+    runner_env,
     start_server,
 )
 from testing.processes import wait_runner_online as wait_owned_runner_online  # noqa: E402
@@ -94,6 +95,20 @@ def common_env(tmp: Path, *, debug: bool, **extra: str) -> dict[str, str]:
         env["DJANGO_DEBUG"] = "0"
         env["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(48)
     return env
+
+
+def bench_runner_env(
+    *, server_url: str, token: str, workspace: Path, llm_url: str | None = None
+) -> dict[str, str]:
+    """A benchmark's runner program: quiet logs, and the mock LLM at ``llm_url`` (if any)."""
+    llm = {"OPENAI_BASE_URL": llm_url, "OPENAI_API_KEY": "bench"} if llm_url else {}
+    return runner_env(
+        server_url=server_url,
+        token=token,
+        workspace=workspace,
+        OMNIGENT_RUNNER_LOG_LEVEL="WARNING",
+        **llm,
+    )
 
 
 def sqlite_env(tmp: Path, *, debug: bool, name: str = "db") -> dict[str, str]:

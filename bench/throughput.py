@@ -58,7 +58,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import secrets
 import statistics
 import sys
@@ -77,6 +76,7 @@ from bench._common import (  # noqa: E402
     StubRunner,
     agent_bundle,
     async_client,
+    bench_runner_env,
     bind,
     cpu_seconds,
     create_session,
@@ -106,7 +106,7 @@ from bench._load import (  # noqa: E402
     open_streams,
     summarise_profile,
 )
-from testing.processes import Process, base_env, migrate, spawn  # noqa: E402
+from testing.processes import Process, migrate, spawn  # noqa: E402
 
 TURN_END = ("response.completed", "response.failed", "response.cancelled")
 SETTINGS = "bench.server_settings"
@@ -194,19 +194,15 @@ def start_stack(stack: contextlib.ExitStack, tmp: Path, args: argparse.Namespace
             runner_id, token = response.json()["runner_id"], response.json()["binding_token"]
         workspace = tmp / process_name("workspace", i, count)
         workspace.mkdir(exist_ok=True)
-        runner_env = base_env(
-            RUNNER_SERVER_URL=meters[i].url if meters else server.url,
-            OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN=token,
-            OMNIGENT_RUNNER_WORKSPACE=str(workspace),
-            OMNIGENT_RUNNER_PARENT_PID=str(os.getpid()),
-            OMNIGENT_RUNNER_LOG_LEVEL="WARNING",
-            OPENAI_BASE_URL=mock.base_url,
-            OPENAI_API_KEY="bench",
-        )
         runner = spawn(
             process_name("runner", i, count),
             [sys.executable, "-m", "omnigent_runner"],
-            env=runner_env,
+            env=bench_runner_env(
+                server_url=meters[i].url if meters else server.url,
+                token=token,
+                workspace=workspace,
+                llm_url=mock.base_url,
+            ),
             log_dir=tmp,
         )
         stack.callback(runner.stop)

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import secrets
 import sys
 import time
@@ -41,6 +40,7 @@ from bench._common import (  # noqa: E402
     SSESubscriber,
     agent_bundle,
     async_client,
+    bench_runner_env,
     bind,
     create_session,
     env_summary,
@@ -58,7 +58,7 @@ from bench._common import (  # noqa: E402
     within,
 )
 from testing.mockllm import MockLLMServer  # noqa: E402
-from testing.processes import base_env, register_runner, spawn  # noqa: E402
+from testing.processes import register_runner, spawn  # noqa: E402
 
 TURN_END = ("response.completed", "response.failed", "response.cancelled")
 
@@ -282,14 +282,8 @@ def main() -> int:
         runner_id, token = register_runner(server, user=USER, name="bench-runner")
         workspace = tmp / "workspace"
         workspace.mkdir()
-        env = base_env(
-            RUNNER_SERVER_URL=server.url,
-            OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN=token,
-            OMNIGENT_RUNNER_WORKSPACE=str(workspace),
-            OMNIGENT_RUNNER_PARENT_PID=str(os.getpid()),
-            OMNIGENT_RUNNER_LOG_LEVEL="WARNING",
-            OPENAI_BASE_URL=mock.base_url,
-            OPENAI_API_KEY="bench",
+        env = bench_runner_env(
+            server_url=server.url, token=token, workspace=workspace, llm_url=mock.base_url
         )
         runner = spawn("runner", [sys.executable, "-m", "omnigent_runner"], env=env, log_dir=tmp)
         stack.callback(runner.stop)

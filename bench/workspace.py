@@ -32,6 +32,7 @@ from bench._common import (  # noqa: E402
     MIB,
     USER,
     agent_bundle,
+    bench_runner_env,
     env_summary,
     final_json,
     fmt,
@@ -44,7 +45,6 @@ from bench._common import (  # noqa: E402
 )
 from testing.processes import (  # noqa: E402
     Server,
-    base_env,
     bind,
     create_session,
     register_runner,
@@ -159,13 +159,7 @@ def main() -> int:
         data = fill_workspace(workspace, download_mib=args.download_mib)
         server = single_server(stack, tmp, debug=args.django_debug, name="daphne")
         runner_id, token = register_runner(server, user=USER, name="bench-runner")
-        env = base_env(
-            RUNNER_SERVER_URL=server.url,
-            OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN=token,
-            OMNIGENT_RUNNER_WORKSPACE=str(workspace),
-            OMNIGENT_RUNNER_PARENT_PID=str(os.getpid()),
-            OMNIGENT_RUNNER_LOG_LEVEL="WARNING",
-        )
+        env = bench_runner_env(server_url=server.url, token=token, workspace=workspace)
         runner = spawn("runner", [sys.executable, "-m", "omnigent_runner"], env=env, log_dir=tmp)
         stack.callback(runner.stop)
         wait_runner_online(server, runner_id, process=runner)

@@ -41,7 +41,7 @@ from testing.mockllm import MockLLMServer
 from testing.processes import (
     Process,
     Server,
-    base_env,
+    runner_env,
     spawn,
     wait_runner_online,
     wait_until,
@@ -141,11 +141,10 @@ def seed_resources(
         workspace = log_dir / "fuzz-workspace"
         workspace.mkdir(exist_ok=True)
         (workspace / "notes.txt").write_text("first line\n")
-        env = base_env(
-            RUNNER_SERVER_URL=server.url,
-            OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN=token,
-            OMNIGENT_RUNNER_WORKSPACE=str(workspace),
-            OMNIGENT_RUNNER_PARENT_PID=str(os.getpid()),
+        env = runner_env(
+            server_url=server.url,
+            token=token,
+            workspace=workspace,
             OPENAI_BASE_URL=mock_llm.base_url,
             OPENAI_API_KEY="test-key",
         )

@@ -204,6 +204,18 @@ class Runner:
     env: dict[str, str] = field(default_factory=dict)
 
 
+def runner_env(*, server_url: str, token: str, workspace: Path, **extra: str) -> dict[str, str]:
+    """The runner program's environment: its server, token and workspace, and this
+    process as its parent (it stops when this process dies); ``extra`` adds to it."""
+    return base_env(
+        RUNNER_SERVER_URL=server_url,
+        OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN=token,
+        OMNIGENT_RUNNER_WORKSPACE=str(workspace),
+        OMNIGENT_RUNNER_PARENT_PID=str(os.getpid()),
+        **extra,
+    )
+
+
 def start_runner(
     *,
     server: Server,
@@ -217,13 +229,7 @@ def start_runner(
 ) -> Runner:
     """Start the runner program (``command``: another way to start it, e.g. the wheel's
     ``omnigent-runner`` script) and wait until the server reports it online."""
-    env = base_env(
-        RUNNER_SERVER_URL=server.url,
-        OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN=token,
-        OMNIGENT_RUNNER_WORKSPACE=str(workspace),
-        OMNIGENT_RUNNER_PARENT_PID=str(os.getpid()),
-        **(extra_env or {}),
-    )
+    env = runner_env(server_url=server.url, token=token, workspace=workspace, **(extra_env or {}))
     argv = command or [sys.executable, "-m", "omnigent_runner"]
     process = spawn(name, argv, env=env, log_dir=log_dir)
     runner = Runner(runner_id=runner_id, token=token, workspace=workspace, process=process, env=env)

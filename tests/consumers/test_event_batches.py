@@ -67,6 +67,14 @@ def a_turn(turn: Turn, *, first_seq: int = 1) -> list[runner_events.ReceivedEven
     return [(turn.session_id, first_seq + n, event) for n, event in enumerate(events)]
 
 
+def listening(group: str) -> tuple[Any, str]:
+    """The channel layer and a new channel of it in ``group``, to read what is published."""
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(group, channel)
+    return layer, channel
+
+
 def stored(session_id: str) -> list[SessionEvent]:
     return list(SessionEvent.objects.filter(session_id=session_id).order_by("seq"))
 
@@ -196,9 +204,7 @@ def test_a_batch_reaches_watchers_as_one_group_message_in_order(
     bound: tuple[Session, Turn, Runner],
 ) -> None:
     session, turn, runner = bound
-    layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(session_group(session.id), channel)
+    layer, channel = listening(session_group(session.id))
     events = a_turn(turn)
     services.record_runner_events(runner_id=runner.id, events=events)
     message = async_to_sync(layer.receive)(channel)
@@ -212,9 +218,7 @@ def test_a_batch_announces_a_session_list_row_once_with_its_final_state(
     bound: tuple[Session, Turn, Runner], alice: Any
 ) -> None:
     session, turn, runner = bound
-    layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(user_group(alice.pk), channel)
+    layer, channel = listening(user_group(alice.pk))
     # Three changes of the list row in one batch: idle, running again, idle.
     statuses = [
         protocol.SessionStatus(status="idle"),
@@ -237,9 +241,7 @@ def test_the_announced_list_row_counts_the_open_questions(
     bound: tuple[Session, Turn, Runner], alice: Any
 ) -> None:
     session, turn, runner = bound
-    layer = get_channel_layer()
-    channel = async_to_sync(layer.new_channel)()
-    async_to_sync(layer.group_add)(user_group(alice.pk), channel)
+    layer, channel = listening(user_group(alice.pk))
     asked = [
         protocol.ApprovalRequested(
             response_id=turn.id,

@@ -3,7 +3,9 @@
 With ``DJANGO_DEBUG=0`` and production-like settings ``check --deploy`` is clean at
 WARNING level, the transport-security settings are on, each can be turned off by its
 environment variable, and local single-user mode (plain HTTP on loopback, ``runlocal``)
-keeps them off. Each case runs Django in a fresh process, as settings are read once.
+keeps them off; the database configuration follows ``DATABASE_URL`` (the SQLite backend
+that queues writers, PostgreSQL's server-side binding). Each case runs Django in a fresh
+process, as settings are read once.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import secrets
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,10 +52,10 @@ def production_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def effective(tmp_path: Path, **extra: str) -> dict[str, object]:
+def effective(tmp_path: Path, *, names: list[str] = NAMES, **extra: str) -> dict[str, object]:
     code = (
         "import django, json; django.setup(); from django.conf import settings; "
-        f"print(json.dumps({{n: getattr(settings, n, None) for n in {NAMES!r}}}))"
+        f"print(json.dumps({{n: getattr(settings, n, None) for n in {names!r}}}, default=str))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],
@@ -122,3 +125,25 @@ def test_local_single_user_mode_keeps_plain_http(tmp_path: Path) -> None:
 def test_debug_on_keeps_plain_http(tmp_path: Path) -> None:
     values = effective(tmp_path, DJANGO_DEBUG="1")
     assert values["SECURE_SSL_REDIRECT"] is False and values["SECURE_HSTS_SECONDS"] == 0
+
+
+def database(tmp_path: Path, **extra: str) -> dict[str, Any]:
+    """The ``default`` database as Django sees it with ``extra`` in the environment."""
+    databases = effective(tmp_path, names=["DATABASES"], **extra)["DATABASES"]
+    assert isinstance(databases, dict)
+    return dict(databases["default"])
+
+
+def test_sqlite_uses_the_backend_that_queues_writers(tmp_path: Path) -> None:
+    db = database(tmp_path)
+    assert db["ENGINE"] == "omnigent_site.runtime.sqlite3"
+    assert db["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
+
+
+def test_postgresql_binds_parameters_on_the_server_unless_turned_off(tmp_path: Path) -> None:
+    url = "postgres://postgres@127.0.0.1:5432/test"  # parsed only: nothing connects
+    on = database(tmp_path, DATABASE_URL=url)
+    assert on["ENGINE"] == "django.db.backends.postgresql"
+    assert on["OPTIONS"]["server_side_binding"] is True
+    off = database(tmp_path, DATABASE_URL=url, DATABASE_SERVER_SIDE_BINDING="0")
+    assert off["OPTIONS"]["server_side_binding"] is False
