@@ -33,7 +33,7 @@ from asgiref.typing import ASGIReceiveCallable, ASGISendCallable, Scope
 
 log = logging.getLogger(__name__)
 
-DRAIN_S = 2.0
+DRAIN_S = 0.5
 
 # Longest the before-shutdown trigger waits for requests: their drain, then the
 # unwinding of those that had to be cancelled.
