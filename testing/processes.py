@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -119,11 +120,36 @@ class Process:
 
 
 def spawn(name: str, args: list[str], *, env: dict[str, str], log_dir: Path) -> Process:
+    """Start ``args`` with its output in ``<log_dir>/<name>.log``.
+
+    The child starts with SIGINT at its default, as from a terminal. An ignored signal
+    is inherited across ``exec``, and a test run started in the background (``cmd &``
+    in a script) has SIGINT ignored: a server started from it would rightly ignore the
+    SIGINT a test sends it (Python and Twisted leave an inherited ``SIG_IGN`` alone).
+    """
     log_path = log_dir / f"{name}.log"
     handle = open(log_path, "ab")  # noqa: SIM115 - owned by the child process
-    popen = subprocess.Popen(args, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    with default_sigint():
+        popen = subprocess.Popen(args, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT)
     handle.close()
     return Process(name=name, popen=popen, log_path=log_path)
+
+
+@contextlib.contextmanager
+def default_sigint() -> Iterator[None]:
+    """SIGINT at its default for the children started inside (main thread only: the
+    disposition can only be changed there, and it is restored at once)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN
+    ):
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @dataclass
