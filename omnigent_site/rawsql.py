@@ -6,15 +6,26 @@ machine, and each request makes two (who is calling, may they touch this
 session). ``Manager.raw()`` skips the building and still returns model instances
 with Django's field conversions (JSON, datetimes), so callers cannot tell the
 difference. The SQL is built from model metadata, once per model and column.
+
+``Manager.raw()`` still works out, on every call, which column is which field and
+which conversions each needs (a third of a one-row read's time under load).
+``rows()`` does that once per connection, model and column list and keeps the plan;
+the instances it builds are the ones ``raw()`` builds (``tests/api/test_hot_lookups.py``
+compares them for every model, so a Django that changes underneath fails there).
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.db import connection
-from django.db.models import Model
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Field, Model
+from django.db.models.expressions import Col
 
 M = TypeVar("M", bound=Model)
 
@@ -44,8 +55,105 @@ def row_by(model: type[M], field: str, value: Any, *, for_update: bool = False) 
     sql = _row_by_sql(model, field)
     if for_update and connection.features.has_select_for_update:
         sql += " FOR UPDATE"
-    rows = model._default_manager.raw(sql, [value])
-    return next(iter(rows), None)
+    return first_row(model, sql, [value])
+
+
+Converter = Callable[[Any, Col, BaseDatabaseWrapper], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _RowPlan:
+    """How a row of one column list becomes an instance of one model."""
+
+    init_names: tuple[str, ...]
+    init_positions: tuple[int, ...]
+    # Columns that are no field of the model become attributes (``AS caller_level``).
+    annotations: tuple[tuple[str, int], ...]
+    converters: tuple[tuple[int, tuple[Converter, ...], Col], ...]
+
+
+# One cache per connection object (they are per thread): a backend's converters are
+# bound to its connection's operations.
+_plans: weakref.WeakKeyDictionary[BaseDatabaseWrapper, dict[tuple[Any, ...], _RowPlan]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _plan(db: BaseDatabaseWrapper, model: type[Model], columns: tuple[str, ...]) -> _RowPlan:
+    per_db = _plans.setdefault(db, {})
+    key = (model, columns)
+    plan = per_db.get(key)
+    if plan is not None:
+        return plan
+    # What ``RawQuerySet.resolve_model_init_order`` and ``RawModelIterable`` work out.
+    identifier = db.introspection.identifier_converter
+    by_column: dict[str, Field[Any, Any]] = {
+        identifier(field.column): field
+        for field in model._meta.concrete_fields
+        if field.column is not None
+    }
+    pk = model._meta.pk
+    if pk is None or pk.column is None or identifier(pk.column) not in columns:
+        raise ValueError(f"a row of {model.__name__} must include its primary key")
+    init = [(column, field) for column, field in by_column.items() if column in columns]
+    converters: list[tuple[int, tuple[Converter, ...], Col]] = []
+    for position, column in enumerate(columns):
+        field = by_column.get(column)
+        if field is None:
+            continue
+        col = field.get_col(model._meta.db_table)
+        found = [*db.ops.get_db_converters(col), *col.get_db_converters(db)]
+        if found:
+            converters.append((position, tuple(found), col))
+    plan = _RowPlan(
+        init_names=tuple(field.attname for _column, field in init),
+        init_positions=tuple(columns.index(column) for column, _field in init),
+        annotations=tuple(
+            (column, position) for position, column in enumerate(columns) if column not in by_column
+        ),
+        converters=tuple(converters),
+    )
+    per_db[key] = plan
+    return plan
+
+
+def rows(model: type[M], sql: str, params: Sequence[Any]) -> list[M]:
+    """Instances of ``model`` from ``sql``, as ``model.objects.raw(sql, params)`` makes them.
+
+    The query must select the model's primary key; other columns that are no field of
+    the model are set as attributes of the same name.
+    """
+    db = connections[DEFAULT_DB_ALIAS]
+    with db.cursor() as cursor:
+        cursor.execute(sql, params)
+        identifier = db.introspection.identifier_converter
+        columns = tuple(identifier(column[0]) for column in cursor.description)
+        fetched = cursor.fetchall()
+    if not fetched:
+        return []
+    plan = _plan(db, model, columns)
+    alias = db.alias
+    instances: list[M] = []
+    for fetched_row in fetched:
+        values = list(fetched_row)
+        for position, converters, col in plan.converters:
+            value = values[position]
+            for convert in converters:
+                value = convert(value, col, db)
+            values[position] = value
+        instance = model.from_db(
+            alias, list(plan.init_names), [values[position] for position in plan.init_positions]
+        )
+        for column, position in plan.annotations:
+            setattr(instance, column, values[position])
+        instances.append(instance)
+    return instances
+
+
+def first_row(model: type[M], sql: str, params: Sequence[Any]) -> M | None:
+    """The first instance ``rows()`` would return, or None."""
+    found = rows(model, sql, params)
+    return found[0] if found else None
 
 
 @functools.cache

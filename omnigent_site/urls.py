@@ -12,21 +12,24 @@ from .errors import not_found_view
 from .health import health
 
 urlpatterns = [
+    # The API first: Django tries routes in order, and every route tried before the
+    # match costs time on each request (pollers ask many times a second). The session
+    # routes first among them, the hottest of all.
+    path("v1/", include("sessions.urls")),
+    path("v1/", include("runners.urls")),
+    path("v1/", include("workspaces.urls")),
+    path("v1/", ApiRootView.as_view(), name="api-root"),
+    path("v1/schema", SpectacularAPIView.as_view(), name="schema"),
+    path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("v1/redoc", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
+    # Unknown API routes answer in the error format even with DEBUG on, for every
+    # method: CSRF-exempt like the API views, or a POST would get Django's HTML 403.
+    re_path(r"^v1/", csrf_exempt(not_found_view)),
     # The web page (web/): sessions at "/", a session at "/s/<id>", runners, sign-in.
     path("", include("web.urls")),
     path("health", health, name="health"),
     path("admin/", admin.site.urls),
     path("api-auth/", include("rest_framework.urls")),
-    path("v1/schema", SpectacularAPIView.as_view(), name="schema"),
-    path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
-    path("v1/redoc", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
-    path("v1/", ApiRootView.as_view(), name="api-root"),
-    path("v1/", include("sessions.urls")),
-    path("v1/", include("runners.urls")),
-    path("v1/", include("workspaces.urls")),
-    # Unknown API routes answer in the error format even with DEBUG on, for every
-    # method: CSRF-exempt like the API views, or a POST would get Django's HTML 403.
-    re_path(r"^v1/", csrf_exempt(not_found_view)),
 ]
 
 handler400 = "omnigent_site.errors.bad_request_view"

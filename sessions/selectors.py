@@ -8,11 +8,12 @@ import json
 
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.models import User as AuthUser
+from django.db import connection
 from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from omnigent_site.domain_errors import Forbidden, NotFound
-from omnigent_site.rawsql import quoted, row_by
+from omnigent_site.rawsql import first_row, quoted, row_by
 from omnigent_site.users import is_admin
 
 from .models import Agent, Approval, Item, Permission, Session, Turn
@@ -45,14 +46,12 @@ def session_for(
     Every session-scoped request starts here, the relay's hot path included, and
     building an ORM query with joins costs several times more than running it
     (about 1 ms against 0.1 ms on a small machine). So this is plain SQL through
-    ``raw()`` (see ``omnigent_site/rawsql.py``): the session with the caller's
+    ``rawsql.first_row``: the session with the caller's
     grant, then its runner and agent by primary key.
     """
     if not user.is_authenticated:
         raise NotFound(f"session {session_id!r} not found")
-    session = next(
-        iter(Session.objects.raw(_session_with_grant_sql(), [user.pk, session_id])), None
-    )
+    session = first_row(Session, _session_with_grant_sql(), [user.pk, session_id])
     held = 0
     if session is not None:
         held = 4 if is_admin(user) else int(getattr(session, "caller_level", None) or 0)
@@ -92,13 +91,8 @@ def session_list_row(*, session_id: str) -> Session | None:
     Read after every status change to tell open lists (``updates``), so it is plain
     SQL like ``session_for``: the annotated ORM query cost about 1 ms to build.
     """
-    session = next(
-        iter(
-            Session.objects.raw(
-                _session_with_pending_count_sql(), [Approval.Status.PENDING, session_id]
-            )
-        ),
-        None,
+    session = first_row(
+        Session, _session_with_pending_count_sql(), [Approval.Status.PENDING, session_id]
     )
     if session is None:
         return None
@@ -109,6 +103,30 @@ def session_list_row(*, session_id: str) -> Session | None:
         session.runner = None
     session.agent = row_by(Agent, "id", session.agent_id)  # type: ignore[assignment]
     return session
+
+
+@functools.cache
+def _grant_levels_sql(*, one_user: bool) -> str:
+    user = quoted(Permission, "user")
+    sql = (
+        f"SELECT {user}, {quoted(Permission, 'level')} FROM {quoted(Permission)} "
+        f"WHERE {quoted(Permission, 'session')} = %s"
+    )
+    return sql + f" AND {user} = %s" if one_user else sql
+
+
+def session_grantee_levels(*, session_id: str, user_pk: int | None = None) -> list[tuple[int, int]]:
+    """``(user pk, level)`` of each direct grant on the session (of one user's only).
+
+    Read with every session-list announcement, twice a turn, so it is plain SQL: the
+    ORM's ``values_list`` query cost more to build than the whole row read.
+    """
+    params: list[str | int] = [session_id]
+    if user_pk is not None:
+        params.append(user_pk)
+    with connection.cursor() as cursor:
+        cursor.execute(_grant_levels_sql(one_user=user_pk is not None), params)
+        return [(int(user), int(level)) for user, level in cursor.fetchall()]
 
 
 # Part of every snapshot ETag: bump it when the snapshot's JSON changes shape, so a

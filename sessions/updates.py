@@ -29,7 +29,7 @@ from django.db import transaction
 
 from .eventlog import Publication, publish_later, send_all, sse_frame
 from .models import Permission, Session
-from .selectors import session_list_row
+from .selectors import session_grantee_levels, session_list_row
 from .shapes import session_removed_event, session_row_event
 
 RowKind = Literal["session.added", "session.updated"]
@@ -85,12 +85,9 @@ def row_publications(
     session = session_list_row(session_id=session_id)
     if session is None:
         return []
-    grants = Permission.objects.filter(session_id=session_id)
-    if only is not None:
-        grants = grants.filter(user_id=only)
     return [
         (user_group(user_pk), _message(dict(session_row_event(kind, session, level=level))))
-        for user_pk, level in grants.values_list("user_id", "level")
+        for user_pk, level in session_grantee_levels(session_id=session_id, user_pk=only)
     ]
 
 

@@ -11,11 +11,13 @@ from collections.abc import Callable
 from datetime import datetime
 
 import pytest
+from django.apps import apps
 from django.contrib.auth import get_user_model
+from django.db.models import Model
 from django.utils import timezone
 
 from omnigent_site.domain_errors import Forbidden, NotFound
-from omnigent_site.rawsql import row_by
+from omnigent_site.rawsql import first_row, quoted, row_by, rows
 from omnigent_site.users import get_or_create_user
 from runners.models import Runner
 from runners.services import register_runner
@@ -132,3 +134,80 @@ def test_session_for_levels_strangers_and_admins(session: Session) -> None:
     assert level == 4
     with pytest.raises(NotFound):
         selectors.session_for(session_id="conv_missing", user=carol, level=1)
+
+
+def raw_state(instance: Model) -> dict[str, object]:
+    """Everything an instance read from a row carries: field values, annotations, state."""
+    return {
+        **field_values(instance),
+        **{
+            name: value
+            for name, value in vars(instance).items()
+            if not name.startswith("_") and name not in field_values(instance)
+        },
+        "_state.db": instance._state.db,
+        "_state.adding": instance._state.adding,
+        "_type": type(instance),
+    }
+
+
+def test_rows_builds_what_django_raw_builds_for_every_model(
+    session: Session, runner: Runner
+) -> None:
+    """The guard of ``rawsql.rows``: it reimplements ``RawQuerySet``'s row handling
+    with cached plans, so every stored model, read whole, must come out identical."""
+    Session.objects.filter(pk=session.pk).update(runner=runner)
+    grant_permission(
+        session=session,
+        actor=get_or_create_user(ALICE),
+        user_id=BOB,
+        level=Permission.Level.READ,
+    )
+    compared = 0
+    for model in apps.get_models():
+        if not model._default_manager.exists():
+            continue
+        sql = f"SELECT * FROM {quoted(model)}"
+        ours = rows(model, sql, [])
+        theirs = list(model._default_manager.raw(sql))
+        assert [raw_state(row) for row in ours] == [raw_state(row) for row in theirs], model
+        compared += 1
+    assert compared >= 6  # users, agents, sessions, runners, permissions, items at least
+
+
+def test_rows_takes_columns_in_any_order_and_keeps_extra_columns(session: Session) -> None:
+    pk, title, created = (
+        quoted(Session, "id"),
+        quoted(Session, "title"),
+        quoted(Session, "created_at"),
+    )
+    sql = f"SELECT {created}, 7 AS answer, {title}, {pk} FROM {quoted(Session)} WHERE {pk} = %s"
+    for _ in range(2):  # the second read uses the kept plan
+        (ours,) = rows(Session, sql, [session.pk])
+        (theirs,) = Session.objects.raw(sql, [session.pk])
+        # Before any field is read: reading a deferred field loads it.
+        assert ours.get_deferred_fields() == theirs.get_deferred_fields() != set()
+        assert raw_state(ours) == raw_state(theirs)
+        assert ours.answer == 7  # type: ignore[attr-defined]
+        assert isinstance(ours.created_at, datetime) and timezone.is_aware(ours.created_at)
+    with_grant = first_row(Session, selectors._session_with_grant_sql(), [None, session.pk])
+    assert with_grant is not None and with_grant.caller_level is None  # type: ignore[attr-defined]
+    assert first_row(Session, sql, ["conv_missing"]) is None
+    with pytest.raises(ValueError, match="primary key"):
+        rows(Session, f"SELECT {title} FROM {quoted(Session)}", [])
+
+
+def test_session_grantee_levels_reads_every_grant_or_one_users(
+    session: Session, django_assert_num_queries: Callable[..., object]
+) -> None:
+    alice, bob = get_or_create_user(ALICE), get_or_create_user(BOB)
+    get_or_create_user(CAROL)  # no grant: not listed
+    grant_permission(session=session, actor=alice, user_id=BOB, level=Permission.Level.EDIT)
+    with django_assert_num_queries(1):  # type: ignore[operator]
+        levels = selectors.session_grantee_levels(session_id=session.pk)
+    assert sorted(levels) == sorted(
+        Permission.objects.filter(session=session).values_list("user_id", "level")
+    )
+    assert sorted(levels) == sorted([(alice.pk, 4), (bob.pk, 2)])
+    assert selectors.session_grantee_levels(session_id=session.pk, user_pk=bob.pk) == [(bob.pk, 2)]
+    assert selectors.session_grantee_levels(session_id="conv_missing") == []
