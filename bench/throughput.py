@@ -358,7 +358,7 @@ async def script_turns(
     """Script ``count`` streamed text replies in the mock; return their match tokens."""
     tokens = [f"tp{secrets.token_hex(8)}" for _ in range(count)]
     entry = {"text": reply_text(words), "stream": True}
-    for token in tokens:  # one at a time: the mock's listen backlog is 5
+    for token in tokens:
         await mock.configure(client, [entry], token)
     return tokens
 

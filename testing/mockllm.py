@@ -642,6 +642,12 @@ class _MockHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default backlog is 5: a runner starting 20 turns at once opens 20
+    # connections, the kernel drops the handshakes beyond the backlog, and each dropped
+    # one is retried a whole second later (TCP's first retransmission), which stalled
+    # a few turns of every concurrent benchmark round by ~1 s. A real model API does
+    # not refuse connections, so neither does the mock.
+    request_queue_size = 128
 
     def __init__(self, address: tuple[str, int], store: ScriptStore) -> None:
         self.store = store

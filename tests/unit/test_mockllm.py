@@ -7,6 +7,7 @@ goes through ``openai.OpenAI`` / ``openai.AsyncOpenAI`` rather than hand-rolled 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -461,3 +462,27 @@ def test_cli_prints_url_serves_and_exits_cleanly() -> None:
             proc.wait()
     assert proc.returncode == 0, stderr
     assert stdout == ""  # exactly one line was printed
+
+
+@pytest.mark.timeout(30)
+def test_many_connections_at_once_complete_their_handshake_before_any_is_accepted() -> None:
+    """A runner starting 20 turns at once opens 20 connections. With socketserver's
+    backlog of 5 the kernel dropped the handshakes beyond it and the clients retried a
+    second later, which stalled a few turns of every concurrent benchmark round."""
+    mock = MockLLMServer()  # not started: nothing accepts, only the backlog holds them
+    sockets: list[socket.socket] = []
+    try:
+        for _ in range(40):
+            sock = socket.create_connection((mock.host, mock.port), timeout=5)
+            sockets.append(sock)
+        # A handshake the kernel dropped would have raised TimeoutError above; the
+        # queue now holds all of them.
+        assert len(sockets) == 40
+        mock.start()
+        sockets[-1].sendall(b"GET /v1/models HTTP/1.1\r\nHost: mock\r\nConnection: close\r\n\r\n")
+        sockets[-1].settimeout(10)
+        assert sockets[-1].recv(64).startswith(b"HTTP/1.1 ")
+    finally:
+        for sock in sockets:
+            sock.close()
+        mock.stop()
