@@ -23,7 +23,12 @@ from omnigent_site.timeutil import unix
 from sessions import approvals, blobs, policies, updates
 from sessions import files as session_files
 from sessions.approval_shapes import policy_denied_event
-from sessions.eventlog import record_event, save_session_fields, writing_events
+from sessions.eventlog import (
+    publishing_together,
+    record_event,
+    save_session_fields,
+    writing_events,
+)
 from sessions.models import Agent, Item, Session, Turn
 from sessions.selectors import response_output
 from sessions.shapes import ResponseEventOut, response_event_body
@@ -169,8 +174,12 @@ def _finish_turn(response: Turn, *, status: str, error: dict | None, model: str)
 def accept_message(
     *, session_id: str, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
 ) -> tuple[Item, Turn]:
-    """Store the user item and its queued turn, and tell watchers the input was consumed."""
-    with transaction.atomic():
+    """Store the user item and its queued turn, and tell watchers the input was consumed.
+
+    The stream events and the list row it announces go to the channel layer together,
+    in one trip to the event loop, which the ``202`` waits for.
+    """
+    with publishing_together(), transaction.atomic():
         session = row_by(Session, "id", session_id, for_update=True)
         if session is None:
             raise Session.DoesNotExist(f"session {session_id} does not exist")

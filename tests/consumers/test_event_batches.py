@@ -21,6 +21,7 @@ from django.test.utils import CaptureQueriesContext
 from omnigent_runner import protocol
 from runners import runner_events, services
 from runners.models import Runner
+from sessions import eventlog
 from sessions.eventlog import record_event, session_group
 from sessions.models import Item, Session, SessionEvent, Turn
 from sessions.services import create_session_from_bundle
@@ -260,3 +261,31 @@ def test_the_announced_list_row_counts_the_open_questions(
     frame = message["frame"]
     assert '"pending_elicitations_count":2' in frame, frame
     assert f'"runner_id":"{runner.id}"' in frame and '"agent_name":"file-helper"' in frame
+
+
+def test_an_accepted_message_publishes_its_events_and_list_row_in_one_trip(
+    alice: Any, make_bundle: Callable[..., bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``202`` of a message waits for what it publishes: one trip to the event loop
+    for the stream events and the session-list row together, not one each."""
+    runner, _token = services.register_runner(owner=alice, name="stub")
+    session = create_session_from_bundle(user=alice, data=make_bundle())
+    Session.objects.filter(pk=session.pk).update(runner=runner)
+    stream_layer, stream_channel = listening(session_group(session.id))
+    list_layer, list_channel = listening(user_group(alice.pk))
+    trips: list[list[str]] = []
+    send_all = eventlog.send_all
+
+    def counting_send_all(publications: list[eventlog.Publication]) -> None:
+        trips.append([group for group, _message in publications])
+        send_all(publications)
+
+    monkeypatch.setattr(eventlog, "send_all", counting_send_all)
+    runner_events.accept_message(
+        session_id=session.id, created_by=alice.username, data=USER_MESSAGE, tools=[]
+    )
+    assert trips == [[session_group(session.id), user_group(alice.pk)]]
+    events = async_to_sync(stream_layer.receive)(stream_channel)["events"]
+    assert [seq for seq, _frame in events] == [row.seq for row in stored(session.id)][-2:]
+    row = async_to_sync(list_layer.receive)(list_channel)
+    assert '"status":"running"' in row["frame"]
