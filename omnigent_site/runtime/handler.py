@@ -41,15 +41,26 @@ all, a streamed response, which stays open as long as its watcher does. So:
   (``RequestThread.detach``). The stream's later sync calls (a replay, the final
   ``response.close()``) each borrow a pooled thread for as long as they run, one
   call at a time. A watcher then costs a socket and its tasks, not a thread.
+
+How many requests *run* sync code at once is a separate limit (``RunningGate``,
+``OMNIGENT_REQUEST_THREADS_RUNNING``): threads are cheap to keep, but every thread
+that runs Python competes for the one GIL, and each SQLite or socket call hands the
+GIL over. With twenty snapshot pollers, twenty request threads took turns at it and
+a poll cost about twice its CPU alone; letting two run at once (the others wait
+without the GIL) gave the poller benchmark 31-41 turns/s against 18-26, at a
+third less server CPU per turn (``docs/performance.md``).
 """
 
 from __future__ import annotations
 
 import contextvars
+import logging
 import threading
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import django
@@ -63,12 +74,77 @@ from django.http import HttpResponseBase
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
+# How long a call waits for a place among the running ones before it runs anyway.
+GATE_WAIT_S = 1.0
+# At most one warning about calls that ran over the limit per this many seconds.
+GATE_WARNING_INTERVAL_S = 60.0
+
+
+class RunningGate:
+    """At most ``limit`` request calls run their sync code at once (``0``: no limit).
+
+    A call waits for a place on a semaphore, holding no GIL while it waits. The limit
+    is a throughput measure, never a reason to stall: a call that has waited
+    ``wait_s`` runs anyway (counted in ``overflows``, logged at most once a minute),
+    so calls stuck in a slow query or on a lock can slow the others down but never
+    hold them up for good. A call made inside a running call (on the same thread)
+    does not wait again.
+    """
+
+    def __init__(self, *, limit: int, wait_s: float = GATE_WAIT_S) -> None:
+        self.limit = max(0, limit)
+        self.wait_s = wait_s
+        self._semaphore = threading.BoundedSemaphore(self.limit) if self.limit else None
+        self._inside = threading.local()
+        self._lock = threading.Lock()
+        self.overflows = 0
+        self._warned_at = -GATE_WARNING_INTERVAL_S
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        depth: int = getattr(self._inside, "depth", 0)
+        if self._semaphore is None or depth:
+            yield
+            return
+        acquired = self._semaphore.acquire(timeout=self.wait_s)
+        if not acquired:
+            self._overflowed()
+        self._inside.depth = 1
+        try:
+            yield
+        finally:
+            self._inside.depth = 0
+            if acquired:
+                self._semaphore.release()
+
+    def _overflowed(self) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self.overflows += 1
+            warn = now - self._warned_at >= GATE_WARNING_INTERVAL_S
+            if warn:
+                self._warned_at = now
+            count = self.overflows
+        if warn:
+            log.warning(
+                "a request call waited %.1f s for one of the %d running places and ran "
+                "anyway (%d so far): calls are slow to finish (a slow query, a held "
+                "lock?); OMNIGENT_REQUEST_THREADS_RUNNING sets the limit",
+                self.wait_s,
+                self.limit,
+                count,
+            )
+
 
 class RequestThreadPool:
-    """Single-thread executors for requests; at most ``max_idle`` are kept idle."""
+    """Single-thread executors for requests; at most ``max_idle`` are kept idle, and at
+    most ``max_running`` of them run a call at once (``0``: no limit)."""
 
-    def __init__(self, *, max_idle: int) -> None:
+    def __init__(self, *, max_idle: int, max_running: int = 0) -> None:
         self.max_idle = max_idle
+        self.gate = RunningGate(limit=max_running)
         self._idle: deque[ThreadPoolExecutor] = deque()
         self._lock = threading.Lock()
         self._created = 0
@@ -100,12 +176,14 @@ class RequestThreadPool:
         return self._created
 
 
-def _call_then_tidy(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run one sync call of a request, then close or hand back its stale connections."""
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        close_old_connections()
+def _call_then_tidy(gate: RunningGate, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run one sync call of a request once the gate lets it, then close or hand back its
+    stale connections."""
+    with gate.running():
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            close_old_connections()
 
 
 class RequestThread(Executor):
@@ -132,7 +210,7 @@ class RequestThread(Executor):
                 self._thread = self._pool.acquire()
             thread = self._thread
             self._running += 1
-        future = thread.submit(_call_then_tidy, fn, *args, **kwargs)
+        future = thread.submit(_call_then_tidy, self._pool.gate, fn, *args, **kwargs)
         future.add_done_callback(self._call_done)
         return future
 
@@ -172,9 +250,9 @@ _request_thread: contextvars.ContextVar[RequestThread] = contextvars.ContextVar(
 class PooledThreadsASGIHandler(ASGIHandler):
     """``ASGIHandler`` whose requests run their sync code on pooled threads."""
 
-    def __init__(self, *, max_idle_threads: int) -> None:
+    def __init__(self, *, max_idle_threads: int, max_running_threads: int = 0) -> None:
         super().__init__()
-        self.threads = RequestThreadPool(max_idle=max_idle_threads)
+        self.threads = RequestThreadPool(max_idle=max_idle_threads, max_running=max_running_threads)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -242,4 +320,7 @@ def get_pooled_asgi_application() -> PooledThreadsASGIHandler:
     """Like ``django.core.asgi.get_asgi_application``, with the pooled handler."""
     django.setup(set_prefix=False)
     move_request_housekeeping_to_end()
-    return PooledThreadsASGIHandler(max_idle_threads=settings.OMNIGENT_REQUEST_THREADS_IDLE)
+    return PooledThreadsASGIHandler(
+        max_idle_threads=settings.OMNIGENT_REQUEST_THREADS_IDLE,
+        max_running_threads=settings.OMNIGENT_REQUEST_THREADS_RUNNING,
+    )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from concurrent.futures import Future
 from typing import Any
 
@@ -17,6 +19,7 @@ from omnigent_site.runtime.handler import (
     PooledThreadsASGIHandler,
     RequestThread,
     RequestThreadPool,
+    RunningGate,
     move_request_housekeeping_to_end,
 )
 
@@ -180,3 +183,103 @@ def test_django_own_handlers_keep_their_start_of_request_housekeeping() -> None:
         started = receivers(signals.request_started, handler)
         assert close_old_connections in started
         assert reset_queries in started
+
+
+class Occupancy:
+    """Counts how many calls run at once, and lets them finish when told."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now = 0
+        self.most = 0
+        self.release = threading.Event()
+
+    def call(self) -> int:
+        with self.lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            self.release.wait(10)
+        finally:
+            with self.lock:
+                self.now -= 1
+        return threading.get_ident()
+
+
+def requests_running(
+    pool: RequestThreadPool, calls: int, occupancy: Occupancy
+) -> list[Future[int]]:
+    return [RequestThread(pool).submit(occupancy.call) for _ in range(calls)]
+
+
+def test_at_most_the_running_limit_of_requests_run_sync_code_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recording_tidy(monkeypatch)
+    pool = RequestThreadPool(max_idle=8, max_running=2)
+    occupancy = Occupancy()
+    futures = requests_running(pool, 6, occupancy)
+    # Six threads are leased; two run, four wait for a place (without the GIL).
+    deadline = time.monotonic() + 10
+    while occupancy.most < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.1)  # had the gate let a third in, it would be counted by now
+    assert occupancy.now == 2
+    occupancy.release.set()
+    assert len({future.result(timeout=10) for future in futures}) == 6
+    assert occupancy.most == 2
+    assert pool.gate.overflows == 0
+
+
+def test_no_running_limit_lets_every_request_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    recording_tidy(monkeypatch)
+    pool = RequestThreadPool(max_idle=8, max_running=0)
+    occupancy = Occupancy()
+    futures = requests_running(pool, 5, occupancy)
+    deadline = time.monotonic() + 10
+    while occupancy.most < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    occupancy.release.set()
+    for future in futures:
+        future.result(timeout=10)
+    assert occupancy.most == 5
+
+
+def test_a_call_that_waited_too_long_runs_anyway_and_is_counted(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Calls stuck in a slow query must not hold the others up for good."""
+    recording_tidy(monkeypatch)
+    pool = RequestThreadPool(max_idle=4, max_running=1)
+    pool.gate.wait_s = 0.05
+    stuck = Occupancy()
+    blocking = RequestThread(pool).submit(stuck.call)
+    with caplog.at_level(logging.WARNING, logger="omnigent_site.runtime.handler"):
+        assert RequestThread(pool).submit(lambda: "ran").result(timeout=10) == "ran"
+        assert RequestThread(pool).submit(lambda: "ran too").result(timeout=10) == "ran too"
+    assert pool.gate.overflows == 2
+    # One warning per minute at most, naming the setting.
+    assert sum("OMNIGENT_REQUEST_THREADS_RUNNING" in r.getMessage() for r in caplog.records) == 1
+    stuck.release.set()
+    blocking.result(timeout=10)
+    # The stuck call gave its place back: the next one takes it without waiting.
+    assert RequestThread(pool).submit(lambda: "next").result(timeout=10) == "next"
+    assert pool.gate.overflows == 2
+
+
+def test_a_call_inside_a_running_call_does_not_wait_for_a_place() -> None:
+    gate = RunningGate(limit=1, wait_s=5)
+    started = time.monotonic()
+    with gate.running(), gate.running():
+        pass
+    assert time.monotonic() - started < 1
+    assert gate.overflows == 0
+
+
+def test_the_server_handler_takes_the_limit_from_the_settings(
+    settings: Any,
+) -> None:
+    settings.OMNIGENT_REQUEST_THREADS_RUNNING = 3
+    settings.OMNIGENT_REQUEST_THREADS_IDLE = 5
+    app = handler_module.get_pooled_asgi_application()
+    assert app.threads.gate.limit == 3 and app.threads.max_idle == 5
