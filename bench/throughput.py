@@ -11,7 +11,8 @@ streamed text reply of ``--words`` words. It measures:
 
 1. the floor: a trivial async view (``GET /bench/noop``), ``GET /health``, a bare
    WebSocket ping/pong through the tunnel, and one runner event → ``event.ack`` (a text
-   delta, from a stub runner);
+   delta, from a stub runner); below them, daphne alone serving ``bench/bare_asgi.py``
+   (no Django), which the trivial view is compared with;
 2. one snapshot ``GET /v1/sessions/{id}`` of a session with 10 and with 100 items, and
    the ``304`` path: the 100-item GET with ``If-None-Match`` of the ETag a first GET
    gave (``snapshot.304``; left out when the server sends no ETag);
@@ -106,7 +107,7 @@ from bench._load import (  # noqa: E402
     open_streams,
     summarise_profile,
 )
-from testing.processes import Process, migrate, spawn  # noqa: E402
+from testing.processes import Process, base_env, free_port, migrate, spawn  # noqa: E402
 
 TURN_END = ("response.completed", "response.failed", "response.cancelled")
 SETTINGS = "bench.server_settings"
@@ -121,6 +122,7 @@ class Stack:
     runner_ids: list[str]
     mock: MockLLM
     meters: list[TunnelMeter]
+    log_dir: Path
     cross: bool = False
 
     @property
@@ -216,6 +218,7 @@ def start_stack(stack: contextlib.ExitStack, tmp: Path, args: argparse.Namespace
         runner_ids=runner_ids,
         mock=mock,
         meters=meters,
+        log_dir=tmp,
         cross=args.cross,
     )
 
@@ -395,6 +398,53 @@ def per_x(value: float, n: int, digits: int = 2) -> float:
 # --------------------------------------------------------------------------- 1. the floor
 
 
+async def bare_daphne_floor(stack: Stack, n: int) -> dict[str, Any]:
+    """``GET`` on daphne serving ``bench/bare_asgi.py``: the server without Django."""
+    port = free_port()
+    process = spawn(
+        "daphne-bare",
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "bench.bare_asgi:application",
+        ],
+        env=base_env(),
+        log_dir=stack.log_dir,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/"
+
+        async def answering() -> None:
+            async with httpx.AsyncClient(timeout=2) as probe:
+                while True:
+                    if process.popen.poll() is not None:
+                        raise RuntimeError(f"bare daphne exited: {process.log()[-2000:]}")
+                    with contextlib.suppress(httpx.TransportError):
+                        if (await probe.get(url)).status_code == 200:
+                            return
+                    await asyncio.sleep(0.05)
+
+        await within(answering(), 30, "the bare daphne to answer")
+        async with httpx.AsyncClient(timeout=10) as bare:
+            for _ in range(20):
+                (await bare.get(url)).raise_for_status()
+            samples = []
+            cpu0 = cpu_seconds(process.popen.pid)
+            for _ in range(n):
+                t0 = time.perf_counter()
+                (await bare.get(url)).raise_for_status()
+                samples.append(time.perf_counter() - t0)
+            cpu = cpu_seconds(process.popen.pid) - cpu0
+        return {**summary_ms(samples), "server_cpu_ms": round(cpu * 1000 / n, 3)}
+    finally:
+        process.stop()
+
+
 async def floor(
     client: httpx.AsyncClient, stack: Stack, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -416,6 +466,8 @@ async def floor(
             **summary_ms(samples),
             "server_cpu_ms": round((cpu_seconds(server_pid) - cpu0) * 1000 / n, 3),
         }
+
+    out["bare_daphne"] = await bare_daphne_floor(stack, args.floor_requests)
 
     # A stub runner on a session with an open turn: WebSocket ping/pong, then text deltas.
     runner_id, token = await register_runner(client, "bench-floor")
@@ -933,7 +985,7 @@ def flatten(run: dict[str, Any]) -> dict[str, float]:
             flat[name] = float(value)
 
     fl = run.get("floor", {})
-    for key in ("noop", "health", "ws_ping", "event_ack"):
+    for key in ("bare_daphne", "noop", "health", "ws_ping", "event_ack"):
         if key in fl:
             put(f"floor.{key}.p50_ms", fl[key]["p50_ms"])
             put(f"floor.{key}.server_cpu_ms", fl[key]["server_cpu_ms"])
@@ -1014,6 +1066,10 @@ def floor_multiples(medians: dict[str, float]) -> dict[str, float]:
         "POST …/events (message) → 202": ("single.post_202.p50_ms", None),
         "second turn alone, POST → idle": ("single.turn2.p50_ms", "single.turn2.cpu_ms.server"),
         "/health": ("floor.health.p50_ms", "floor.health.server_cpu_ms"),
+        "daphne alone (bench/bare_asgi.py)": (
+            "floor.bare_daphne.p50_ms",
+            "floor.bare_daphne.server_cpu_ms",
+        ),
     }
     for label, (wall_key, cpu_key) in steps.items():
         if wall_key in medians:
