@@ -138,7 +138,7 @@ class SessionDetailView(SessionScopedMixin, APIView):
         return response
 
     def snapshot(self, *, include_items: bool) -> SessionOut:
-        items = selectors.session_items(session=self.session) if include_items else []
+        items = selectors.snapshot_items(session_id=self.session.id) if include_items else []
         pending = selectors.pending_approvals(session_id=self.session.id)
         return session_body(self.session, level=self.session_level, items=items, pending=pending)
 
@@ -160,7 +160,7 @@ class SessionDetailView(SessionScopedMixin, APIView):
         if values:
             session = session_services.update_session(session=session, **values)
         session.refresh_from_db()
-        items = selectors.session_items(session=session)
+        items = selectors.snapshot_items(session_id=session.id)
         pending = selectors.pending_approvals(session_id=session.id)
         return Response(
             session_body(session, level=self.session_level, items=items, pending=pending)

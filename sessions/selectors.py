@@ -13,7 +13,7 @@ from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from omnigent_site.domain_errors import Forbidden, NotFound
-from omnigent_site.rawsql import first_row, quoted, row_by
+from omnigent_site.rawsql import first_row, quoted, row_by, rows
 from omnigent_site.users import is_admin
 
 from .models import Agent, Approval, Item, Permission, Session, Turn
@@ -195,11 +195,22 @@ def pending_approval_count() -> Coalesce:
     return Coalesce(Subquery(pending, output_field=IntegerField()), 0)
 
 
-def pending_approvals(*, session_id: str) -> QuerySet[Approval]:
-    """The session's open questions, oldest first."""
-    return Approval.objects.filter(session_id=session_id, status=Approval.Status.PENDING).order_by(
-        "created_at", "id"
+@functools.cache
+def _pending_approvals_sql() -> str:
+    return (
+        f"SELECT * FROM {quoted(Approval)} WHERE {quoted(Approval, 'session')} = %s "
+        f"AND {quoted(Approval, 'status')} = %s "
+        f"ORDER BY {quoted(Approval, 'created_at')}, {quoted(Approval, 'id')}"
     )
+
+
+def pending_approvals(*, session_id: str) -> list[Approval]:
+    """The session's open questions, oldest first.
+
+    Part of every snapshot a poller gets when the session changed (the items below
+    too), so plain SQL like ``session_for``.
+    """
+    return rows(Approval, _pending_approvals_sql(), [session_id, Approval.Status.PENDING])
 
 
 def session_approvals(*, session: Session, status: str | None = None) -> QuerySet[Approval]:
@@ -219,6 +230,20 @@ def grant_levels(*, user: AuthUser, session_ids: list[str]) -> dict[str, int]:
 
 def session_items(*, session: Session) -> QuerySet[Item]:
     return Item.objects.filter(session=session)
+
+
+@functools.cache
+def _snapshot_items_sql() -> str:
+    return (
+        f"SELECT * FROM {quoted(Item)} WHERE {quoted(Item, 'session')} = %s "
+        f"ORDER BY {quoted(Item, 'seq')}"
+    )
+
+
+def snapshot_items(*, session_id: str) -> list[Item]:
+    """All of the session's items in order, as ``session_items`` reads them, in plain SQL
+    (the snapshot reads them whenever a poller finds the session changed)."""
+    return rows(Item, _snapshot_items_sql(), [session_id])
 
 
 def session_responses(*, session: Session) -> QuerySet[Turn]:

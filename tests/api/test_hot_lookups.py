@@ -22,7 +22,7 @@ from omnigent_site.users import get_or_create_user
 from runners.models import Runner
 from runners.services import register_runner
 from sessions import selectors
-from sessions.models import Permission, Session
+from sessions.models import Approval, Permission, Session, Turn
 from sessions.services import create_session_from_bundle, grant_permission
 
 from .conftest import ALICE, BOB, CAROL
@@ -211,3 +211,50 @@ def test_session_grantee_levels_reads_every_grant_or_one_users(
     assert sorted(levels) == sorted([(alice.pk, 4), (bob.pk, 2)])
     assert selectors.session_grantee_levels(session_id=session.pk, user_pk=bob.pk) == [(bob.pk, 2)]
     assert selectors.session_grantee_levels(session_id="conv_missing") == []
+
+
+def test_snapshot_reads_match_the_orm_in_order(session: Session) -> None:
+    """The snapshot's items and open questions, read in plain SQL, are the ORM's rows in
+    the ORM's order (items by ``seq``; questions oldest first, then by id)."""
+    from runners import runner_events  # the layer above sessions stores a message
+
+    alice = get_or_create_user(ALICE)
+    for text in ("one", "two", "three"):
+        runner_events.accept_message(
+            session_id=session.pk,
+            created_by=alice.username,
+            data={"role": "user", "content": [{"type": "input_text", "text": text}]},
+            tools=[],
+        )
+    items = selectors.snapshot_items(session_id=session.pk)
+    assert [field_values(item) for item in items] == [
+        field_values(item) for item in selectors.session_items(session=session)
+    ]
+    assert [item.data["content"][0]["text"] for item in items] == ["one", "two", "three"]
+    assert selectors.snapshot_items(session_id="conv_missing") == []
+
+    turn = Turn.objects.filter(session=session).first()
+    assert turn is not None
+    asked_at = timezone.now()
+    for n, status in enumerate(["pending", "accepted", "pending", "pending"]):
+        Approval.objects.create(
+            id=f"elicit_{9 - n}",  # ids against creation order: the time sorts first
+            session=session,
+            turn=turn,
+            call_id=f"call_{n}",
+            tool="sys_os_write",
+            arguments={"path": f"{n}.txt"},
+            policy_name="ask",
+            message="may I?",
+            status=status,
+            expires_at=asked_at,
+        )
+    Approval.objects.filter(pk="elicit_6").update(created_at=asked_at)
+    Approval.objects.filter(pk="elicit_7").update(created_at=asked_at)
+    pending = selectors.pending_approvals(session_id=session.pk)
+    expected = Approval.objects.filter(session=session, status="pending").order_by(
+        "created_at", "id"
+    )
+    assert [field_values(a) for a in pending] == [field_values(a) for a in expected]
+    assert [a.id for a in pending][:2] == ["elicit_6", "elicit_7"]  # same time: by id
+    assert len(pending) == 3
