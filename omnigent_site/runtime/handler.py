@@ -42,25 +42,18 @@ all, a streamed response, which stays open as long as its watcher does. So:
   ``response.close()``) each borrow a pooled thread for as long as they run, one
   call at a time. A watcher then costs a socket and its tasks, not a thread.
 
-How many requests *run* sync code at once is a separate limit (``RunningGate``,
-``OMNIGENT_REQUEST_THREADS_RUNNING``): threads are cheap to keep, but every thread
-that runs Python competes for the one GIL, and each SQLite or socket call hands the
-GIL over. With twenty snapshot pollers, twenty request threads took turns at it and
-a poll cost about twice its CPU alone; letting two run at once (the others wait
-without the GIL) gave the poller benchmark 31-41 turns/s against 18-26, at a
-third less server CPU per turn (``docs/performance.md``).
+How many requests *run* sync code at once is a separate limit
+(``running_gate.RunningGate``, ``OMNIGENT_REQUEST_THREADS_RUNNING``): every call goes
+through it in ``_call_then_tidy``.
 """
 
 from __future__ import annotations
 
 import contextvars
-import logging
 import threading
-import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import django
@@ -72,70 +65,9 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.db import close_old_connections, reset_queries
 from django.http import HttpResponseBase
 
+from .running_gate import RunningGate
+
 T = TypeVar("T")
-
-log = logging.getLogger(__name__)
-
-# How long a call waits for a place among the running ones before it runs anyway.
-GATE_WAIT_S = 1.0
-# At most one warning about calls that ran over the limit per this many seconds.
-GATE_WARNING_INTERVAL_S = 60.0
-
-
-class RunningGate:
-    """At most ``limit`` request calls run their sync code at once (``0``: no limit).
-
-    A call waits for a place on a semaphore, holding no GIL while it waits. The limit
-    is a throughput measure, never a reason to stall: a call that has waited
-    ``wait_s`` runs anyway (counted in ``overflows``, logged at most once a minute),
-    so calls stuck in a slow query or on a lock can slow the others down but never
-    hold them up for good. A call made inside a running call (on the same thread)
-    does not wait again.
-    """
-
-    def __init__(self, *, limit: int, wait_s: float = GATE_WAIT_S) -> None:
-        self.limit = max(0, limit)
-        self.wait_s = wait_s
-        self._semaphore = threading.BoundedSemaphore(self.limit) if self.limit else None
-        self._inside = threading.local()
-        self._lock = threading.Lock()
-        self.overflows = 0
-        self._warned_at = -GATE_WARNING_INTERVAL_S
-
-    @contextmanager
-    def running(self) -> Iterator[None]:
-        depth: int = getattr(self._inside, "depth", 0)
-        if self._semaphore is None or depth:
-            yield
-            return
-        acquired = self._semaphore.acquire(timeout=self.wait_s)
-        if not acquired:
-            self._overflowed()
-        self._inside.depth = 1
-        try:
-            yield
-        finally:
-            self._inside.depth = 0
-            if acquired:
-                self._semaphore.release()
-
-    def _overflowed(self) -> None:
-        now = time.monotonic()
-        with self._lock:
-            self.overflows += 1
-            warn = now - self._warned_at >= GATE_WARNING_INTERVAL_S
-            if warn:
-                self._warned_at = now
-            count = self.overflows
-        if warn:
-            log.warning(
-                "a request call waited %.1f s for one of the %d running places and ran "
-                "anyway (%d so far): calls are slow to finish (a slow query, a held "
-                "lock?); OMNIGENT_REQUEST_THREADS_RUNNING sets the limit",
-                self.wait_s,
-                self.limit,
-                count,
-            )
 
 
 class RequestThreadPool:

@@ -19,9 +19,9 @@ from omnigent_site.runtime.handler import (
     PooledThreadsASGIHandler,
     RequestThread,
     RequestThreadPool,
-    RunningGate,
     move_request_housekeeping_to_end,
 )
+from omnigent_site.runtime.running_gate import RunningGate
 
 
 def thread_of(executor: object) -> int:
@@ -254,7 +254,7 @@ def test_a_call_that_waited_too_long_runs_anyway_and_is_counted(
     pool.gate.wait_s = 0.05
     stuck = Occupancy()
     blocking = RequestThread(pool).submit(stuck.call)
-    with caplog.at_level(logging.WARNING, logger="omnigent_site.runtime.handler"):
+    with caplog.at_level(logging.WARNING, logger="omnigent_site.runtime.running_gate"):
         assert RequestThread(pool).submit(lambda: "ran").result(timeout=10) == "ran"
         assert RequestThread(pool).submit(lambda: "ran too").result(timeout=10) == "ran too"
     assert pool.gate.overflows == 2
