@@ -51,7 +51,8 @@ bench: bootstrap-dev
 	$(BIN)/python bench/relay.py
 	$(BIN)/python bench/turn.py
 	$(BIN)/python bench/turn.py --scale-out --turns 20
-	$(BIN)/python bench/throughput.py --runs 5
+	$(BIN)/python bench/throughput.py --runs 5 --no-tunnel-meter
+	$(BIN)/python bench/throughput.py --runs 2
 	$(BIN)/python bench/throughput.py --scaling 1,2,3
 	$(BIN)/python bench/runner_llm.py
 	$(BIN)/python bench/stream.py

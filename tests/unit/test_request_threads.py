@@ -189,21 +189,27 @@ class Occupancy:
     """Counts how many calls run at once, and lets them finish when told."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        self.changed = threading.Condition()
         self.now = 0
         self.most = 0
         self.release = threading.Event()
 
     def call(self) -> int:
-        with self.lock:
+        with self.changed:
             self.now += 1
             self.most = max(self.most, self.now)
+            self.changed.notify_all()
         try:
             self.release.wait(10)
         finally:
-            with self.lock:
+            with self.changed:
                 self.now -= 1
         return threading.get_ident()
+
+    def wait_for(self, running: int) -> None:
+        """Until ``running`` calls have run at the same time (10 s at most)."""
+        with self.changed:
+            assert self.changed.wait_for(lambda: self.most >= running, timeout=10)
 
 
 def requests_running(
@@ -220,10 +226,8 @@ def test_at_most_the_running_limit_of_requests_run_sync_code_at_once(
     occupancy = Occupancy()
     futures = requests_running(pool, 6, occupancy)
     # Six threads are leased; two run, four wait for a place (without the GIL).
-    deadline = time.monotonic() + 10
-    while occupancy.most < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.1)  # had the gate let a third in, it would be counted by now
+    occupancy.wait_for(2)
+    time.sleep(0.1)  # a negative: had the gate let a third in, it would be counted by now
     assert occupancy.now == 2
     occupancy.release.set()
     assert len({future.result(timeout=10) for future in futures}) == 6
@@ -236,9 +240,7 @@ def test_no_running_limit_lets_every_request_run(monkeypatch: pytest.MonkeyPatch
     pool = RequestThreadPool(max_idle=8, max_running=0)
     occupancy = Occupancy()
     futures = requests_running(pool, 5, occupancy)
-    deadline = time.monotonic() + 10
-    while occupancy.most < 5 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    occupancy.wait_for(5)
     occupancy.release.set()
     for future in futures:
         future.result(timeout=10)
