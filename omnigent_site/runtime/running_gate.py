@@ -4,7 +4,7 @@ Having a thread is not the same as running on it. Every thread that runs Python
 competes for the one GIL, and each SQLite call or socket write hands the GIL to
 another thread. With twenty snapshot pollers, twenty request threads took turns at it
 and a poll cost about twice its CPU alone; with two running at once (the others wait
-on a semaphore, holding no GIL) the poller benchmark went from 18–26 to 31–41 turns/s
+on a semaphore, holding no GIL) the poller benchmark went from 16–36 to 34–46 turns/s
 at a third less server CPU per turn (``docs/performance.md``).
 
 A call keeps its place while it waits on a lock (the SQLite write lock): lending the
