@@ -144,9 +144,20 @@ class SessionDetailView(SessionScopedMixin, APIView):
 
     @extend_schema(
         request=SessionUpdateSerializer,
+        parameters=[
+            OpenApiParameter(
+                "ETag",
+                str,
+                location=OpenApiParameter.HEADER,
+                response=[200],
+                description="validator of the snapshot this answer holds, as `GET` gives it",
+            ),
+        ],
         responses={200: SessionOut, **error_responses(400, 401, 403, 404, 413, 415)},
     )
     def patch(self, request: Request, session_id: str) -> Response:
+        """The change, answered with the snapshot after it (and, in JSON, its ETag, so the
+        caller's next poll of an unchanged session gets 304)."""
         serializer = SessionUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         values = dict(serializer.validated_data)
@@ -162,9 +173,19 @@ class SessionDetailView(SessionScopedMixin, APIView):
         session.refresh_from_db()
         items = selectors.snapshot_items(session_id=session.id)
         pending = selectors.pending_approvals(session_id=session.id)
-        return Response(
+        response = Response(
             session_body(session, level=self.session_level, items=items, pending=pending)
         )
+        if isinstance(getattr(request, "accepted_renderer", None), JSONRenderer):
+            # The same bytes a GET renders for this state, so the same validator.
+            response["ETag"] = selectors.snapshot_etag(
+                session=session,
+                level=self.session_level,
+                include_items=True,
+                representation=request.accepted_media_type,
+            )
+            response["Cache-Control"] = "private, no-cache"
+        return response
 
     @extend_schema(responses={200: SessionDeletedOut, **error_responses(401, 403, 404)})
     def delete(self, request: Request, session_id: str) -> Response:

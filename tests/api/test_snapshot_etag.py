@@ -387,3 +387,28 @@ def test_the_body_cache_is_bounded_in_entries_and_bytes() -> None:
     assert cache.get(key=("s", "off")) is None
     cache.clear()
     assert cache.stats() == (0, 0)
+
+
+def test_a_patch_answers_with_the_etag_a_get_gives_for_the_new_state(
+    client_for, create_session
+) -> None:
+    session_id = create_session(ALICE)
+    alice = client_for(ALICE)
+    before = etag_of(alice, session_id)
+    patched = alice.patch(url(session_id), {"title": "renamed"}, format="json")
+    assert patched.status_code == 200
+    assert patched["ETag"] != before
+    assert patched["Cache-Control"] == "private, no-cache"
+    fresh = get(alice, session_id)
+    assert fresh["ETag"] == patched["ETag"]
+    assert json.loads(fresh.content) == json.loads(patched.content)
+    # So the caller's next poll of the unchanged session is a 304.
+    assert get(alice, session_id, HTTP_IF_NONE_MATCH=patched["ETag"]).status_code == 304
+    # Binding a runner: the answer's validator covers the runner too.
+    runner = online_runner()
+    bound = alice.patch(url(session_id), {"runner_id": runner.id}, format="json")
+    assert bound.status_code == 200
+    assert get(alice, session_id, HTTP_IF_NONE_MATCH=bound["ETag"]).status_code == 304
+    # The browsable API's page gets none, as on GET.
+    page = alice.patch(url(session_id), {"title": "again"}, format="json", HTTP_ACCEPT="text/html")
+    assert page.status_code == 200 and "ETag" not in page
