@@ -307,7 +307,7 @@ if not 1 <= OMNIGENT_MAX_JSON_DEPTH <= 256:
     raise ImproperlyConfigured("OMNIGENT_MAX_JSON_DEPTH must be between 1 and 256")
 # Idle request threads kept for later requests (omnigent_site/runtime/handler.py).
 OMNIGENT_REQUEST_THREADS_IDLE = max(0, env_int("OMNIGENT_REQUEST_THREADS_IDLE", 16))
-# How many requests run their sync code at once (runtime/handler.py, RunningGate); 0: all.
+# How many requests run their sync code at once (runtime/running_gate.py); 0: no limit.
 OMNIGENT_REQUEST_THREADS_RUNNING = max(0, env_int("OMNIGENT_REQUEST_THREADS_RUNNING", 2))
 # Session stream (http-api.md, Stream).
 OMNIGENT_STREAM_HEARTBEAT_S = env_float("OMNIGENT_STREAM_HEARTBEAT_S", 15.0)

@@ -27,6 +27,7 @@ from omnigent_site.authentication import request_user
 from omnigent_site.schema import error_responses
 from sessions import selectors, snapshot_cache
 from sessions import services as session_services
+from sessions.models import Session
 from sessions.permissions import EDIT, MANAGE, OWNER, READ, SessionAccess, SessionScopedMixin
 from sessions.serializers import (
     ApprovalEventSerializer,
@@ -115,32 +116,34 @@ class SessionDetailView(SessionScopedMixin, APIView):
         renderer = getattr(request, "accepted_renderer", None)
         if not isinstance(renderer, JSONRenderer):
             # The browsable API's page holds forms and a CSRF token: no validator.
-            return Response(self.snapshot(include_items=include))
+            return Response(self.snapshot(self.session, include_items=include))
         media_type = request.accepted_media_type
-        etag = selectors.snapshot_etag(
-            session=self.session,
-            level=self.session_level,
-            include_items=include,
-            representation=media_type,
-        )
+        etag = self.snapshot_etag(self.session, include_items=include)
         response: HttpResponse
         if etag_listed(header=request.headers.get("If-None-Match", ""), etag=etag):
             response = HttpResponseNotModified()
         else:
             body = snapshot_cache.cached_body(session_id=self.session.id, etag=etag)
             if body is None:
-                data = self.snapshot(include_items=include)
+                data = self.snapshot(self.session, include_items=include)
                 body = renderer.render(data, media_type, self.get_renderer_context())
                 snapshot_cache.keep_body(session_id=self.session.id, etag=etag, body=body)
             response = HttpResponse(body, content_type=renderer.media_type)
-        response["ETag"] = etag
-        response["Cache-Control"] = "private, no-cache"
-        return response
+        return with_validator(response, etag)
 
-    def snapshot(self, *, include_items: bool) -> SessionOut:
-        items = selectors.snapshot_items(session_id=self.session.id) if include_items else []
-        pending = selectors.pending_approvals(session_id=self.session.id)
-        return session_body(self.session, level=self.session_level, items=items, pending=pending)
+    def snapshot(self, session: Session, *, include_items: bool) -> SessionOut:
+        items = selectors.snapshot_items(session_id=session.id) if include_items else []
+        pending = selectors.pending_approvals(session_id=session.id)
+        return session_body(session, level=self.session_level, items=items, pending=pending)
+
+    def snapshot_etag(self, session: Session, *, include_items: bool) -> str:
+        """The validator of ``snapshot(session)`` as this request's JSON renders it."""
+        return selectors.snapshot_etag(
+            session=session,
+            level=self.session_level,
+            include_items=include_items,
+            representation=self.request.accepted_media_type,
+        )
 
     @extend_schema(
         request=SessionUpdateSerializer,
@@ -171,20 +174,10 @@ class SessionDetailView(SessionScopedMixin, APIView):
         if values:
             session = session_services.update_session(session=session, **values)
         session.refresh_from_db()
-        items = selectors.snapshot_items(session_id=session.id)
-        pending = selectors.pending_approvals(session_id=session.id)
-        response = Response(
-            session_body(session, level=self.session_level, items=items, pending=pending)
-        )
+        response = Response(self.snapshot(session, include_items=True))
         if isinstance(getattr(request, "accepted_renderer", None), JSONRenderer):
             # The same bytes a GET renders for this state, so the same validator.
-            response["ETag"] = selectors.snapshot_etag(
-                session=session,
-                level=self.session_level,
-                include_items=True,
-                representation=request.accepted_media_type,
-            )
-            response["Cache-Control"] = "private, no-cache"
+            with_validator(response, self.snapshot_etag(session, include_items=True))
         return response
 
     @extend_schema(responses={200: SessionDeletedOut, **error_responses(401, 403, 404)})
@@ -192,6 +185,13 @@ class SessionDetailView(SessionScopedMixin, APIView):
         services.close_session_on_runner(session=self.session)
         session_services.delete_session(session=self.session)
         return Response(session_deleted_body(session_id))
+
+
+def with_validator(response: HttpResponseBase, etag: str) -> HttpResponseBase:
+    """``response`` with the snapshot's ``ETag``, revalidated on every use."""
+    response["ETag"] = etag
+    response["Cache-Control"] = "private, no-cache"
+    return response
 
 
 def etag_listed(*, header: str, etag: str) -> bool:
