@@ -722,6 +722,8 @@ class PollResult:
     polls: int
     bytes: int
     not_modified: int
+    post_seconds: float
+    poll_seconds: list[float]
 
 
 async def poll_rounds(
@@ -740,15 +742,19 @@ async def poll_rounds(
         t0 = time.perf_counter()
         accepted = await post_message(clients.api[placed.server], session_id, f"Say it {token}.")
         response_id = accepted["response_id"]
+        posted = time.perf_counter() - t0
+        poll_seconds: list[float] = []
         polls = size = not_modified = 0
         while True:
             # As the compatible clients do: wait the interval after each answer (a slow
             # server is polled less often, never in a burst of catch-up requests).
             await asyncio.sleep(interval)
             etag = etags.get(session_id) if args.poll_etag else None
+            asked = time.perf_counter()
             response = await pollers.get(
                 f"/v1/sessions/{session_id}", headers={"If-None-Match": etag} if etag else None
             )
+            poll_seconds.append(time.perf_counter() - asked)
             polls += 1
             size += len(response.content)
             if response.status_code == 304:
@@ -766,7 +772,9 @@ async def poll_rounds(
                 and (item.get("data") or {}).get("role") == "assistant"
                 for item in body.get("items", [])
             ):
-                return PollResult(time.perf_counter() - t0, polls, size, not_modified)
+                return PollResult(
+                    time.perf_counter() - t0, polls, size, not_modified, posted, poll_seconds
+                )
 
     async def deadline(placed: Placed, token: str) -> PollResult:
         result: PollResult = await within(
@@ -790,6 +798,8 @@ async def poll_rounds(
                     "wall_s": round(wall, 3),
                     "turns_per_s": round(n / wall, 2),
                     "turn": summary_ms([r.seconds for r in results]),
+                    "post": summary_ms([r.post_seconds for r in results]),
+                    "poll": summary_ms([s for r in results for s in r.poll_seconds]),
                     "polls_per_turn": per_x(sum(r.polls for r in results), n),
                     "polls_304_per_turn": per_x(sum(r.not_modified for r in results), n),
                     "poll_bytes_per_turn": per_x(sum(r.bytes for r in results), n, 1),

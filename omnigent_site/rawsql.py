@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -117,11 +117,100 @@ def _plan(db: BaseDatabaseWrapper, model: type[Model], columns: tuple[str, ...])
     return plan
 
 
-def rows(model: type[M], sql: str, params: Sequence[Any]) -> list[M]:
+def joined_columns(model: type[Model], alias: str, name: str) -> str:
+    """The select list of ``model``'s columns from the table aliased ``alias``, each
+    named ``name__<column>``: how a joined row reaches ``rows(..., joined={name: model})``."""
+    return _joined_columns(model, alias, name)
+
+
+@functools.cache
+def _joined_columns(model: type[Model], alias: str, name: str) -> str:
+    quote = connection.ops.quote_name
+    return ", ".join(
+        f"{alias}.{quote(field.column)} AS {quote(f'{name}__{field.column}')}"
+        for field in model._meta.concrete_fields
+        if field.column is not None
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _SplitPlan:
+    """Which columns of a joined row belong to the main model and to each joined one."""
+
+    main_positions: tuple[int, ...]
+    main: _RowPlan
+    # (relation name, related model, its columns' positions, its plan, where its pk is
+    # among those columns)
+    joined: tuple[tuple[str, type[Model], tuple[int, ...], _RowPlan, int], ...]
+
+
+def _split_plan(
+    db: BaseDatabaseWrapper,
+    model: type[Model],
+    columns: tuple[str, ...],
+    joined: tuple[tuple[str, type[Model]], ...],
+) -> _SplitPlan:
+    per_db = _split_plans.setdefault(db, {})
+    key = (model, columns, joined)
+    plan = per_db.get(key)
+    if plan is not None:
+        return plan
+    taken: set[int] = set()
+    parts = []
+    for name, related in joined:
+        prefix = f"{name}__"
+        positions = tuple(i for i, column in enumerate(columns) if column.startswith(prefix))
+        taken.update(positions)
+        sub_columns = tuple(columns[i][len(prefix) :] for i in positions)
+        related_plan = _plan(db, related, sub_columns)  # checks that the pk is selected
+        pk_column = db.introspection.identifier_converter(str(related._meta.pk.column))  # type: ignore[union-attr]
+        parts.append((name, related, positions, related_plan, sub_columns.index(pk_column)))
+    main_positions = tuple(i for i in range(len(columns)) if i not in taken)
+    plan = _SplitPlan(
+        main_positions=main_positions,
+        main=_plan(db, model, tuple(columns[i] for i in main_positions)),
+        joined=tuple(parts),
+    )
+    per_db[key] = plan
+    return plan
+
+
+_split_plans: weakref.WeakKeyDictionary[BaseDatabaseWrapper, dict[tuple[Any, ...], _SplitPlan]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _instance(db: BaseDatabaseWrapper, model: type[M], plan: _RowPlan, values: list[Any]) -> M:
+    """One instance from one row's values, as ``RawModelIterable`` builds it."""
+    for position, converters, col in plan.converters:
+        value = values[position]
+        for convert in converters:
+            value = convert(value, col, db)
+        values[position] = value
+    instance = model.from_db(
+        db.alias, list(plan.init_names), [values[position] for position in plan.init_positions]
+    )
+    for column, position in plan.annotations:
+        setattr(instance, column, values[position])
+    return instance
+
+
+def rows(
+    model: type[M],
+    sql: str,
+    params: Sequence[Any],
+    *,
+    joined: Mapping[str, type[Model]] | None = None,
+) -> list[M]:
     """Instances of ``model`` from ``sql``, as ``model.objects.raw(sql, params)`` makes them.
 
     The query must select the model's primary key; other columns that are no field of
     the model are set as attributes of the same name.
+
+    ``joined`` maps a forward relation of ``model`` (``"runner"``) to the related model,
+    whose columns the query selects with ``joined_columns``: each instance then comes
+    with that object cached, as ``select_related`` would give it, or None when the join
+    found no row (its primary key column is NULL). One query instead of one per relation.
     """
     db = connections[DEFAULT_DB_ALIAS]
     with db.cursor() as cursor:
@@ -131,28 +220,35 @@ def rows(model: type[M], sql: str, params: Sequence[Any]) -> list[M]:
         fetched = cursor.fetchall()
     if not fetched:
         return []
-    plan = _plan(db, model, columns)
-    alias = db.alias
+    if not joined:
+        plan = _plan(db, model, columns)
+        return [_instance(db, model, plan, list(fetched_row)) for fetched_row in fetched]
+    split = _split_plan(db, model, columns, tuple(joined.items()))
     instances: list[M] = []
     for fetched_row in fetched:
-        values = list(fetched_row)
-        for position, converters, col in plan.converters:
-            value = values[position]
-            for convert in converters:
-                value = convert(value, col, db)
-            values[position] = value
-        instance = model.from_db(
-            alias, list(plan.init_names), [values[position] for position in plan.init_positions]
-        )
-        for column, position in plan.annotations:
-            setattr(instance, column, values[position])
+        instance = _instance(db, model, split.main, [fetched_row[i] for i in split.main_positions])
+        for name, related_model, positions, related_plan, pk_position in split.joined:
+            values = [fetched_row[i] for i in positions]
+            related = (
+                None
+                if values[pk_position] is None
+                else _instance(db, related_model, related_plan, values)
+            )
+            # Assignment caches the related object, as ``select_related`` does.
+            setattr(instance, name, related)
         instances.append(instance)
     return instances
 
 
-def first_row(model: type[M], sql: str, params: Sequence[Any]) -> M | None:
+def first_row(
+    model: type[M],
+    sql: str,
+    params: Sequence[Any],
+    *,
+    joined: Mapping[str, type[Model]] | None = None,
+) -> M | None:
     """The first instance ``rows()`` would return, or None."""
-    found = rows(model, sql, params)
+    found = rows(model, sql, params, joined=joined)
     return found[0] if found else None
 
 

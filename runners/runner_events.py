@@ -9,16 +9,17 @@ entry in the session event log for watchers. Views call ``accept_message`` and
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any, TypeAlias
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from omnigent_runner import protocol
 from omnigent_site.ids import new_item_id
-from omnigent_site.rawsql import row_by
+from omnigent_site.rawsql import first_row, joined_columns, quoted, row_by
 from omnigent_site.timeutil import unix
 from sessions import approvals, blobs, policies, updates
 from sessions import files as session_files
@@ -287,8 +288,7 @@ def _record_run(
     events: Sequence[tuple[int, protocol.AnyEvent | protocol.UnparsedEvent]],
 ) -> int:
     with transaction.atomic():
-        # Plain SQL: building this ORM query cost more than running it (rawsql.py).
-        session = row_by(Session, "id", session_id, for_update=True)
+        session = _locked_session_with_agent(session_id)
         if session is None or session.runner_id != runner_id:
             log.info(
                 "dropped %d events for session %s not bound to %s",
@@ -298,6 +298,7 @@ def _record_run(
             )
             return max(seq for seq, _event in events)
         stored = session.last_runner_seq
+        run = _Run(session)
         with writing_events(session=session):
             for seq, event in events:
                 if seq <= session.last_runner_seq:
@@ -310,7 +311,7 @@ def _record_run(
                         seq,
                     )
                 try:
-                    _apply(session, event)
+                    _apply(run, event)
                 except MalformedEvent as exc:
                     log.warning(
                         "session %s: skipped malformed runner event %s: %s", session_id, seq, exc
@@ -328,22 +329,53 @@ def _error(error: protocol.ErrorInfo | None) -> dict[str, str] | None:
     return {"code": error.code or "error", "message": error.message}
 
 
-def _turn(session: Session, response_id: str | None) -> Turn | None:
-    if not response_id:
-        return None
-    response = row_by(Turn, "id", response_id)
-    return response if response is not None and response.session_id == session.id else None
+@functools.cache
+def _session_with_agent_sql() -> str:
+    return (
+        f"SELECT s.*, {joined_columns(Agent, 'a', 'agent')} FROM {quoted(Session)} s "
+        f"JOIN {quoted(Agent)} a ON a.{quoted(Agent, 'id')} = s.{quoted(Session, 'agent')} "
+        f"WHERE s.{quoted(Session, 'id')} = %s"
+    )
 
 
-def _model(session: Session) -> str:
-    """The session's model name for ``response`` payloads, its agent read on first need
-    (most runner events are text deltas, which need none), in plain SQL (rawsql.py)."""
-    if not Session.agent.is_cached(session):
-        session.agent = row_by(Agent, "id", session.agent_id)  # type: ignore[assignment]
-    return session.agent.model
+def _locked_session_with_agent(session_id: str) -> Session | None:
+    """The session row, locked until the transaction ends, with its agent (whose model
+    the ``response`` payloads name): one plain query (rawsql.py) instead of two ORM ones."""
+    sql = _session_with_agent_sql()
+    features = connection.features
+    if features.has_select_for_update:
+        # Only the session row: the agent is read, not written.
+        sql += " FOR UPDATE OF s" if features.has_select_for_update_of else " FOR UPDATE"
+    return first_row(Session, sql, [session_id], joined={"agent": Agent})
 
 
-def _apply(session: Session, event: protocol.AnyEvent | protocol.UnparsedEvent) -> None:
+class _Run:
+    """One run of a session's runner events: the locked session, and each turn its
+    events name, read once (a turn that ends in the same run as its last item is
+    named twice)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self._turns: dict[str, Turn | None] = {}
+
+    def turn(self, response_id: str | None) -> Turn | None:
+        if not response_id:
+            return None
+        if response_id not in self._turns:
+            response = row_by(Turn, "id", response_id)
+            if response is not None and response.session_id != self.session.id:
+                response = None
+            self._turns[response_id] = response
+        return self._turns[response_id]
+
+    @property
+    def model(self) -> str:
+        """The session's model name for ``response`` payloads (its agent came with it)."""
+        return self.session.agent.model
+
+
+def _apply(run: _Run, event: protocol.AnyEvent | protocol.UnparsedEvent) -> None:
+    session = run.session
     if isinstance(event, protocol.OutputTextDelta):  # the most frequent first
         record_event(
             session_id=session.id,
@@ -355,11 +387,11 @@ def _apply(session: Session, event: protocol.AnyEvent | protocol.UnparsedEvent) 
             },
         )
     elif isinstance(event, protocol.OutputItemDone):
-        _apply_item(session, event)
+        _apply_item(run, event)
     elif isinstance(event, protocol.SessionStatus):
-        _apply_status(session, event)
+        _apply_status(run, event)
     elif isinstance(event, protocol.ResponseCreated):
-        response = _turn(session, event.response_id)
+        response = run.turn(event.response_id)
         if response is None:
             raise MalformedEvent("response.created for an unknown response")
         output: list[dict[str, Any]] | None = None
@@ -367,7 +399,7 @@ def _apply(session: Session, event: protocol.AnyEvent | protocol.UnparsedEvent) 
             response.status = Turn.Status.IN_PROGRESS
             response.save(update_fields=["status"])
             output = []  # nothing of a turn that only now starts (its input is not output)
-        payload = response_payload(response, model=_model(session), output=output)
+        payload = response_payload(response, model=run.model, output=output)
         record_event(
             session_id=session.id, payload={"type": "response.created", "response": payload}
         )
@@ -377,14 +409,14 @@ def _apply(session: Session, event: protocol.AnyEvent | protocol.UnparsedEvent) 
     elif isinstance(
         event, protocol.ResponseCompleted | protocol.ResponseFailed | protocol.ResponseCancelled
     ):
-        response = _turn(session, event.response_id)
+        response = run.turn(event.response_id)
         if response is None:
             raise MalformedEvent(f"{protocol.frame_type(event)} for an unknown response")
         _finish_turn(
             response,
             status=TURN_END_STATUS[type(event)],
             error=_error(event.error),
-            model=_model(session),
+            model=run.model,
         )
     elif isinstance(event, protocol.WorkspaceChanges):
         try:
@@ -402,9 +434,9 @@ def _apply(session: Session, event: protocol.AnyEvent | protocol.UnparsedEvent) 
             },
         )
     elif isinstance(event, protocol.ApprovalRequested):
-        _apply_approval_requested(session, event)
+        _apply_approval_requested(run, event)
     elif isinstance(event, protocol.PolicyDenied):
-        if _turn(session, event.response_id) is None:
+        if run.turn(event.response_id) is None:
             raise MalformedEvent("policy.denied for an unknown response")
         record_event(
             session_id=session.id,
@@ -425,10 +457,11 @@ def _apply(session: Session, event: protocol.AnyEvent | protocol.UnparsedEvent) 
         raise MalformedEvent(f"{protocol.frame_type(event)} is not handled by this server")
 
 
-def _apply_approval_requested(session: Session, event: protocol.ApprovalRequested) -> None:
+def _apply_approval_requested(run: _Run, event: protocol.ApprovalRequested) -> None:
     """Store the question once; a call asked about again that already has a verdict
     (the runner restarted and re-ran the turn) gets that verdict, not a second question."""
-    response = _turn(session, event.response_id)
+    session = run.session
+    response = run.turn(event.response_id)
     if response is None:
         raise MalformedEvent("approval.requested for an unknown response")
     asked = approvals.record_requested(session=session, turn=response, event=event)
@@ -446,7 +479,8 @@ def _apply_approval_requested(session: Session, event: protocol.ApprovalRequeste
     transaction.on_commit(lambda: post_verdicts(channel_name=channel, approvals=answered))
 
 
-def _apply_status(session: Session, event: protocol.SessionStatus) -> None:
+def _apply_status(run: _Run, event: protocol.SessionStatus) -> None:
+    session = run.session
     status = event.status
     response_id = event.response_id
     error = _error(event.error)
@@ -457,9 +491,9 @@ def _apply_status(session: Session, event: protocol.SessionStatus) -> None:
     if status == Session.Status.FAILED and response_id:
         # A runner-side failure (backlog full, event too large) ends its turn too,
         # so no turn is left open behind a failed session.
-        response = _turn(session, response_id)
+        response = run.turn(response_id)
         if response is not None:
-            _finish_turn(response, status=Turn.Status.FAILED, error=error, model=_model(session))
+            _finish_turn(response, status=Turn.Status.FAILED, error=error, model=run.model)
         response_id = None
     _set_session_state(session, status=status, response_id=response_id, error=error)
 
@@ -473,14 +507,23 @@ def _item_header(item: dict[str, Any], key: str) -> str:
     return value
 
 
-def _apply_item(session: Session, event: protocol.OutputItemDone) -> None:
+@functools.cache
+def _session_item_sql() -> str:
+    return (
+        f"SELECT * FROM {quoted(Item)} "
+        f"WHERE {quoted(Item, 'session')} = %s AND {quoted(Item, 'id')} = %s"
+    )
+
+
+def _apply_item(run: _Run, event: protocol.OutputItemDone) -> None:
     """Store a finished item (idempotent by id) and show it to watchers.
 
     A client-side call waiting for its result (``action_required``) is only shown:
     it is stored once it completes (tunnel.md), so the transcript never keeps a call
     that was abandoned.
     """
-    response = _turn(session, event.response_id)
+    session = run.session
+    response = run.turn(event.response_id)
     raw = event.item
     item_id = _item_header(raw, "id")
     item_type = _item_header(raw, "type")
@@ -502,7 +545,7 @@ def _apply_item(session: Session, event: protocol.OutputItemDone) -> None:
         # Read, then write: no savepoint. A concurrent insert of the same id (not
         # possible while the session row is locked) would fail the batch, which is then
         # stored event by event.
-        item = Item.objects.filter(session=session, id=item_id).first()
+        item = first_row(Item, _session_item_sql(), [session.id, item_id])
         if item is None:
             item = Item.objects.create(
                 session=session,

@@ -9,11 +9,11 @@ import json
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.models import User as AuthUser
 from django.db import connection
-from django.db.models import Count, IntegerField, OuterRef, QuerySet, Subquery
+from django.db.models import Count, IntegerField, Model, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
 from omnigent_site.domain_errors import Forbidden, NotFound
-from omnigent_site.rawsql import first_row, quoted, row_by, rows
+from omnigent_site.rawsql import first_row, joined_columns, quoted, rows
 from omnigent_site.users import is_admin
 
 from .models import Agent, Approval, Item, Permission, Session, Turn
@@ -23,15 +23,42 @@ LEVEL_NAMES = {1: "read", 2: "edit", 3: "manage", 4: "owner"}
 User = AuthUser | AnonymousUser
 
 
+def _runner_model() -> type[Model]:
+    # The runner model is reached through the foreign key: ``sessions`` sits below
+    # ``runners`` and does not import it (docs/architecture.md, Layers).
+    return Session._meta.get_field("runner").related_model  # type: ignore[return-value]
+
+
 @functools.cache
-def _session_with_grant_sql() -> str:
-    """One session row plus the caller's grant level (NULL without a grant)."""
+def _with_runner_and_agent(*, agent: bool) -> tuple[str, str, dict[str, type[Model]]]:
+    """Select list, joins and ``rows(joined=...)`` for a session row ``s`` read with its
+    runner (none when unbound) and, if ``agent``, its agent: one query instead of three."""
+    runner = _runner_model()
+    columns = f", {joined_columns(runner, 'r', 'runner')}"
+    joins = (
+        f" LEFT JOIN {quoted(runner)} r ON r.{quoted(runner, 'id')} = s.{quoted(Session, 'runner')}"
+    )
+    related: dict[str, type[Model]] = {"runner": runner}
+    if agent:
+        columns += f", {joined_columns(Agent, 'a', 'agent')}"
+        joins += (
+            f" JOIN {quoted(Agent)} a ON a.{quoted(Agent, 'id')} = s.{quoted(Session, 'agent')}"
+        )
+        related["agent"] = Agent
+    return columns, joins, related
+
+
+@functools.cache
+def _session_with_grant_sql(*, with_agent: bool = False) -> str:
+    """One session row plus the caller's grant level (NULL without a grant), its runner
+    and, if ``with_agent``, its agent."""
     session_id, grant_session = quoted(Session, "id"), quoted(Permission, "session")
+    columns, joins, _related = _with_runner_and_agent(agent=with_agent)
     return (
-        f"SELECT s.*, g.{quoted(Permission, 'level')} AS caller_level "
+        f"SELECT s.*, g.{quoted(Permission, 'level')} AS caller_level{columns} "
         f"FROM {quoted(Session)} s LEFT JOIN {quoted(Permission)} g "
-        f"ON g.{grant_session} = s.{session_id} AND g.{quoted(Permission, 'user')} = %s "
-        f"WHERE s.{session_id} = %s"
+        f"ON g.{grant_session} = s.{session_id} AND g.{quoted(Permission, 'user')} = %s"
+        f"{joins} WHERE s.{session_id} = %s"
     )
 
 
@@ -45,13 +72,19 @@ def session_for(
 
     Every session-scoped request starts here, the relay's hot path included, and
     building an ORM query with joins costs several times more than running it
-    (about 1 ms against 0.1 ms on a small machine). So this is plain SQL through
-    ``rawsql.first_row``: the session with the caller's
-    grant, then its runner and agent by primary key.
+    (about 1 ms against 0.1 ms on a small machine). So this is one plain SQL query
+    through ``rawsql.first_row``: the session with the caller's grant, its runner and
+    its agent joined.
     """
     if not user.is_authenticated:
         raise NotFound(f"session {session_id!r} not found")
-    session = first_row(Session, _session_with_grant_sql(), [user.pk, session_id])
+    _columns, _joins, related = _with_runner_and_agent(agent=with_agent)
+    session = first_row(
+        Session,
+        _session_with_grant_sql(with_agent=with_agent),
+        [user.pk, session_id],
+        joined=related,
+    )
     held = 0
     if session is not None:
         held = 4 if is_admin(user) else int(getattr(session, "caller_level", None) or 0)
@@ -59,28 +92,19 @@ def session_for(
         raise NotFound(f"session {session_id!r} not found")
     if held < level:
         raise Forbidden(f"this action needs {LEVEL_NAMES[level]} access to the session")
-    # Assigning the related objects caches them, as select_related would.
-    # The runner model is reached through the foreign key: ``sessions`` sits below
-    # ``runners`` and does not import it (docs/architecture.md, Layers).
-    runner_model = Session._meta.get_field("runner").related_model
-    if session.runner_id:
-        session.runner = row_by(runner_model, "id", session.runner_id)  # type: ignore[assignment,arg-type]
-    else:
-        session.runner = None
-    if with_agent:
-        session.agent = row_by(Agent, "id", session.agent_id)  # type: ignore[assignment]
     return session, held
 
 
 @functools.cache
-def _session_with_pending_count_sql() -> str:
-    """One session row plus how many of its questions are open."""
+def _session_list_row_sql() -> str:
+    """One session row plus how many of its questions are open, with runner and agent."""
     approval_session = quoted(Approval, "session")
+    columns, joins, _related = _with_runner_and_agent(agent=True)
     return (
-        f"SELECT s.*, (SELECT COUNT(*) FROM {quoted(Approval)} a "
-        f"WHERE a.{approval_session} = s.{quoted(Session, 'id')} "
-        f"AND a.{quoted(Approval, 'status')} = %s) AS pending_elicitations_count "
-        f"FROM {quoted(Session)} s WHERE s.{quoted(Session, 'id')} = %s"
+        f"SELECT s.*, (SELECT COUNT(*) FROM {quoted(Approval)} a2 "
+        f"WHERE a2.{approval_session} = s.{quoted(Session, 'id')} "
+        f"AND a2.{quoted(Approval, 'status')} = %s) AS pending_elicitations_count{columns} "
+        f"FROM {quoted(Session)} s{joins} WHERE s.{quoted(Session, 'id')} = %s"
     )
 
 
@@ -88,21 +112,13 @@ def session_list_row(*, session_id: str) -> Session | None:
     """The session as a row of ``GET /v1/sessions`` shows it: with its runner, its agent
     and ``pending_elicitations_count``, as ``sessions_granted_to`` annotates them.
 
-    Read after every status change to tell open lists (``updates``), so it is plain
-    SQL like ``session_for``: the annotated ORM query cost about 1 ms to build.
+    Read after every status change to tell open lists (``updates``), so it is one plain
+    SQL query like ``session_for``: the annotated ORM query cost about 1 ms to build.
     """
-    session = first_row(
-        Session, _session_with_pending_count_sql(), [Approval.Status.PENDING, session_id]
+    _columns, _joins, related = _with_runner_and_agent(agent=True)
+    return first_row(
+        Session, _session_list_row_sql(), [Approval.Status.PENDING, session_id], joined=related
     )
-    if session is None:
-        return None
-    runner_model = Session._meta.get_field("runner").related_model
-    if session.runner_id:
-        session.runner = row_by(runner_model, "id", session.runner_id)  # type: ignore[assignment,arg-type]
-    else:
-        session.runner = None
-    session.agent = row_by(Agent, "id", session.agent_id)  # type: ignore[assignment]
-    return session
 
 
 @functools.cache

@@ -17,7 +17,7 @@ from django.db.models import Model
 from django.utils import timezone
 
 from omnigent_site.domain_errors import Forbidden, NotFound
-from omnigent_site.rawsql import first_row, quoted, row_by, rows
+from omnigent_site.rawsql import first_row, joined_columns, quoted, row_by, rows
 from omnigent_site.users import get_or_create_user
 from runners.models import Runner
 from runners.services import register_runner
@@ -92,27 +92,82 @@ def test_header_users_are_found_and_created_once() -> None:
     assert User.objects.filter(username="new.person@example.com").count() == 1
 
 
-def test_session_for_costs_one_query_per_row_it_returns(
+def test_session_for_is_one_query_with_runner_and_agent(
     session: Session, runner: Runner, django_assert_num_queries: Callable[..., object]
 ) -> None:
     alice = get_or_create_user(ALICE)
     agent_name = session.agent.name
-    with django_assert_num_queries(2):  # session + grant, agent; no runner bound
+    with django_assert_num_queries(1):  # session + grant + agent; no runner bound
         found, level = selectors.session_for(session_id=session.pk, user=alice, level=1)
     assert level == Permission.Level.OWNER
-    assert found.runner is None
+    with django_assert_num_queries(0):
+        assert found.runner is None
+        assert found.agent.name == agent_name
     Session.objects.filter(pk=session.pk).update(runner=runner)
-    with django_assert_num_queries(3):  # session + grant, runner, agent
+    with django_assert_num_queries(1):  # session + grant + runner + agent
         found, _ = selectors.session_for(session_id=session.pk, user=alice, level=4)
     with django_assert_num_queries(0):
         assert found.runner is not None and found.runner.channel_name == "specific.abc!def"
         assert found.runner.online
         assert found.agent.name == agent_name
-    with django_assert_num_queries(2):  # the relay's hot path skips the agent
+    # The joined rows are what the ORM reads, conversions included.
+    assert field_values(found.runner) == field_values(Runner.objects.get(pk=runner.pk))
+    assert field_values(found.agent) == field_values(session.agent)
+    assert field_values(found) == field_values(Session.objects.get(pk=session.pk))
+    with django_assert_num_queries(1):  # the relay's hot path skips the agent
         found, _ = selectors.session_for(
             session_id=session.pk, user=alice, level=2, with_agent=False
         )
+    assert found.runner is not None and found.runner.pk == runner.pk
+    assert not Session.agent.is_cached(found)
     assert field_values(found) == field_values(Session.objects.get(pk=session.pk))
+
+
+def test_session_list_row_is_one_query_with_its_open_questions(
+    session: Session, runner: Runner, django_assert_num_queries: Callable[..., object]
+) -> None:
+    for bound in (None, runner):
+        Session.objects.filter(pk=session.pk).update(runner=bound)
+        with django_assert_num_queries(1):
+            row = selectors.session_list_row(session_id=session.pk)
+        assert row is not None
+        with django_assert_num_queries(0):
+            assert row.runner == bound
+            assert row.agent.pk == session.agent_id
+            assert row.pending_elicitations_count == 0  # type: ignore[attr-defined]
+        assert field_values(row) == field_values(Session.objects.get(pk=session.pk))
+    assert selectors.session_list_row(session_id="conv_missing") is None
+
+
+def test_joined_rows_split_columns_by_relation_and_keep_extra_columns(
+    session: Session, runner: Runner
+) -> None:
+    """``rows(joined=...)``: each joined model gets its own columns (even those named
+    like the main model's), a NULL join gives None, and the plans are reused."""
+    Session.objects.filter(pk=session.pk).update(runner=runner)
+    other = Session.objects.create(
+        id="conv_joined_other", agent=session.agent, created_by=session.created_by
+    )
+    runner_columns = joined_columns(Runner, "r", "runner")
+    sql = (
+        f"SELECT s.*, 5 AS answer, {runner_columns} FROM {quoted(Session)} s "
+        f"LEFT JOIN {quoted(Runner)} r ON r.{quoted(Runner, 'id')} = s.{quoted(Session, 'runner')} "
+        f"ORDER BY s.{quoted(Session, 'id')}"
+    )
+    for _ in range(2):
+        found = {row.pk: row for row in rows(Session, sql, [], joined={"runner": Runner})}
+        assert set(found) == {session.pk, other.pk}
+        assert found[other.pk].runner is None and found[other.pk].runner_id is None
+        bound = found[session.pk]
+        assert bound.runner is not None
+        assert raw_state(bound.runner) == raw_state(
+            Runner.objects.raw(
+                f"SELECT * FROM {quoted(Runner)} WHERE {quoted(Runner, 'id')} = %s", [runner.pk]
+            )[0]
+        )
+        assert bound.answer == 5  # type: ignore[attr-defined]
+        assert not hasattr(bound, "runner__id")
+        assert field_values(bound) == field_values(Session.objects.get(pk=session.pk))
 
 
 def test_session_for_levels_strangers_and_admins(session: Session) -> None:

@@ -23,7 +23,7 @@ from runners import runner_events, services
 from runners.models import Runner
 from sessions import eventlog
 from sessions.eventlog import record_event, session_group
-from sessions.models import Item, Session, SessionEvent, Turn
+from sessions.models import Agent, Item, Session, SessionEvent, Turn
 from sessions.services import create_session_from_bundle
 from sessions.updates import user_group
 
@@ -114,6 +114,12 @@ def test_a_turn_in_one_batch_is_stored_in_order_with_contiguous_numbers(
     ]
     assert len(row_updates) == 1, row_updates
     assert after.updated_at > session.updated_at  # auto_now applied with the status
+    # The agent (for the model the payloads name) comes with the locked session row and
+    # with the list row; the turn, named by three events of the batch, is read once.
+    reads = [sql for sql in statements if sql.startswith("SELECT")]
+    assert not [sql for sql in reads if f'FROM "{Agent._meta.db_table}"' in sql], reads
+    assert len([sql for sql in reads if f'FROM "{Turn._meta.db_table}"' in sql]) == 1, reads
+    assert len(statements) <= 14, statements
 
 
 def test_duplicates_in_and_before_a_batch_change_nothing(
