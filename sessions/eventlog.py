@@ -21,7 +21,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 
-from omnigent_site.rawsql import increment_returning
+from omnigent_site.rawsql import increment_returning, insert_rows
 
 from .models import Session, SessionEvent
 
@@ -81,7 +81,7 @@ class _EventWriter:
         fields, self.fields = self.fields, set()
         events, self.events = self.events, []
         if events:
-            SessionEvent.objects.bulk_create(events)
+            insert_rows(SessionEvent, events)
             fields.add("last_event_seq")
         if fields:
             # One UPDATE for the row: the numbering and whatever else the block changed.

@@ -13,16 +13,18 @@ from datetime import datetime
 import pytest
 from django.apps import apps
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.db.models import Model
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from omnigent_site.domain_errors import Forbidden, NotFound
-from omnigent_site.rawsql import first_row, joined_columns, quoted, row_by, rows
+from omnigent_site.rawsql import first_row, insert_rows, joined_columns, quoted, row_by, rows
 from omnigent_site.users import get_or_create_user
 from runners.models import Runner
 from runners.services import register_runner
 from sessions import selectors
-from sessions.models import Approval, Permission, Session, Turn
+from sessions.models import Approval, Permission, Session, SessionEvent, Turn
 from sessions.services import create_session_from_bundle, grant_permission
 
 from .conftest import ALICE, BOB, CAROL
@@ -313,3 +315,52 @@ def test_snapshot_reads_match_the_orm_in_order(session: Session) -> None:
     assert [field_values(a) for a in pending] == [field_values(a) for a in expected]
     assert [a.id for a in pending][:2] == ["elicit_6", "elicit_7"]  # same time: by id
     assert len(pending) == 3
+
+
+def test_insert_rows_stores_what_bulk_create_stores(
+    session: Session, django_assert_num_queries: Callable[..., object]
+) -> None:
+    """The guard of ``rawsql.insert_rows``: the same rows as ``bulk_create`` (JSON,
+    text, integers, ``auto_now_add``), in one statement, and the instances marked saved."""
+    payloads = [
+        {"type": "response.output_text.delta", "delta": 'é "quoted" \\ and\nnewline'},
+        {"type": "session.status", "status": "idle", "error": None, "nested": {"n": [1, 2.5]}},
+    ]
+
+    def events(first_seq: int) -> list[SessionEvent]:
+        return [
+            SessionEvent(session=session, seq=first_seq + n, type=p["type"], payload=p)
+            for n, p in enumerate(payloads)
+        ]
+
+    ours, theirs = events(1001), events(2001)
+    before = timezone.now()
+    with django_assert_num_queries(1):
+        insert_rows(SessionEvent, ours)
+    SessionEvent.objects.bulk_create(theirs)
+    assert all(not event._state.adding and event._state.db == "default" for event in ours)
+    assert all(event.created_at >= before for event in ours)  # auto_now_add applied
+    stored = {
+        event.seq: event for event in SessionEvent.objects.filter(session=session, seq__gt=1000)
+    }
+    columns = ("session_id", "type", "payload")
+    for mine, reference in zip(ours, theirs, strict=True):
+        a, b = stored[mine.seq], stored[reference.seq]
+        assert [getattr(a, name) for name in columns] == [getattr(b, name) for name in columns]
+        assert a.created_at == mine.created_at and timezone.is_aware(a.created_at)
+    insert_rows(SessionEvent, [])  # nothing to store: no statement
+
+
+def test_insert_rows_splits_what_one_statement_cannot_hold(session: Session) -> None:
+    many = [
+        SessionEvent(session=session, seq=5000 + n, type="t", payload={"type": "t", "n": n})
+        for n in range(1200)
+    ]
+    fields = [field for field in SessionEvent._meta.concrete_fields if not field.primary_key]
+    size = connection.ops.bulk_batch_size(fields, many) or len(many)
+    with CaptureQueriesContext(connection) as queries:
+        insert_rows(SessionEvent, many)
+    inserts = [q for q in queries.captured_queries if q["sql"].startswith("INSERT")]
+    assert len(inserts) == -(-len(many) // size)  # SQLite: 999 parameters a statement
+    stored = SessionEvent.objects.filter(session=session, seq__gte=5000).order_by("seq")
+    assert [event.payload["n"] for event in stored] == list(range(1200))
