@@ -272,7 +272,7 @@ def increment_returning(model: type[Model], *, pk: Any, field: str, by: int) -> 
     return None if row is None else int(row[0])
 
 
-@functools.cache
+@functools.lru_cache(maxsize=256)  # one entry per model and row count seen
 def _insert_sql(model: type[Model], rows_count: int) -> tuple[str, tuple[Field[Any, Any], ...]]:
     fields = tuple(
         field
