@@ -16,6 +16,7 @@ from omnigent_site.domain_errors import AgentUnavailable, RunnerUnavailable
 from sessions import approvals
 from sessions import files as session_files
 from sessions.blobs import BundleMissing
+from sessions.eventlog import Publication, collecting_publications, send_publications
 from sessions.models import Item, Session, Turn
 
 from . import runner_events
@@ -63,12 +64,15 @@ async def _ensure_open(session: Session, runner: Runner, response_id: str) -> No
 
 def _accept_with_command(
     *, session_id: str, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
-) -> tuple[Item, Turn, TurnStart]:
-    """Store the message and its turn, and build its ``turn.start``: one trip to the thread."""
-    item, response = runner_events.accept_message(
-        session_id=session_id, created_by=created_by, data=data, tools=tools
-    )
-    return item, response, runner_events.turn_start_command(response=response, inputs=[item])
+) -> tuple[Item, Turn, TurnStart, list[Publication]]:
+    """Store the message and its turn, and build its ``turn.start``: one trip to the
+    thread. What the write publishes comes back to be sent from the event loop."""
+    with collecting_publications() as publications:
+        item, response = runner_events.accept_message(
+            session_id=session_id, created_by=created_by, data=data, tools=tools
+        )
+    command = runner_events.turn_start_command(response=response, inputs=[item])
+    return item, response, command, publications
 
 
 async def submit_message(
@@ -82,9 +86,10 @@ async def submit_message(
         )
     runner = _runner_or_503(session)
     session_id = session.id
-    item, response, command = await sync_to_async(_accept_with_command)(
+    item, response, command, publications = await sync_to_async(_accept_with_command)(
         session_id=session_id, created_by=created_by, data=data, tools=tools
     )
+    await send_publications(publications)
     try:
         await _ensure_open(session, runner, response.id)
         await send_command(channel_name=runner.channel_name, command=command)

@@ -31,7 +31,7 @@ from omnigent_site.domain_errors import Forbidden, InvalidInput
 from omnigent_site.users import get_or_create_user, is_admin
 from sessions import approvals, updates
 from sessions.blobs import BundleMissing
-from sessions.eventlog import publishing_together
+from sessions.eventlog import Publication, collecting_publications, publishing_together
 from sessions.models import Session, Turn
 
 from . import runner_events
@@ -273,16 +273,30 @@ def record_runner_events(
     Each session's events in the batch are stored in one transaction, in arrival
     order (``runner_events.record``); watchers get what the batch produced together.
     """
+    with publishing_together():
+        return _record_runs(runner_id=runner_id, events=events)
+
+
+def store_runner_events(
+    *, runner_id: str, events: Sequence[runner_events.ReceivedEvent]
+) -> tuple[dict[str, int], list[Publication]]:
+    """``record_runner_events`` for the tunnel consumer: the acks, and what to publish,
+    which the consumer sends from its event loop (``eventlog.collecting_publications``)."""
+    with collecting_publications() as publications:
+        acks = _record_runs(runner_id=runner_id, events=events)
+    return acks, publications
+
+
+def _record_runs(
+    *, runner_id: str, events: Sequence[runner_events.ReceivedEvent]
+) -> dict[str, int]:
     runs: dict[str, list[tuple[int, Any]]] = {}
     for session_id, seq, event in events:
         runs.setdefault(session_id, []).append((seq, event))
-    acks: dict[str, int] = {}
-    with publishing_together():
-        for session_id, run in runs.items():
-            acks[session_id] = runner_events.record(
-                runner_id=runner_id, session_id=session_id, events=run
-            )
-    return acks
+    return {
+        session_id: runner_events.record(runner_id=runner_id, session_id=session_id, events=run)
+        for session_id, run in runs.items()
+    }
 
 
 # --- binding ----------------------------------------------------------------------

@@ -166,21 +166,42 @@ def publishing_together() -> Iterator[None]:
     session's list row announced by several events of the block is read and sent
     once), and everything goes to the channel layer in one trip to the event loop.
     """
+    with collecting_publications() as publications:
+        yield
+    send_all(publications)
+
+
+@contextmanager
+def collecting_publications() -> Iterator[list[Publication]]:
+    """``publishing_together`` for sync code that async code calls: the block's
+    publications are put in the yielded list at its end instead of being sent, and the
+    async caller sends them on its event loop (``send_publications``).
+
+    That saves a thread's trip to the event loop and back (``async_to_sync``) for every
+    write a view or the tunnel makes, and the thread (with its running place and the
+    SQLite write lock's successor waiting on it) no longer waits for a busy loop. If the
+    block raises, what it committed is sent from here before the error goes on, as
+    ``publishing_together`` would.
+    """
+    collected: list[Publication] = []
     if getattr(_held, "block", None) is not None:
-        yield  # already inside a block: the outer one publishes
+        yield collected  # already inside a block: the outer one publishes
         return
     held = _held.block = _Held()
+    failed = True
     try:
-        yield
+        yield collected
+        failed = False
     finally:
         _held.block = None
-        publications = _event_publications(held.events)
+        collected += _event_publications(held.events)
         for produce in held.later.values():
             try:
-                publications += produce()
+                collected += produce()
             except Exception:
                 log.exception("could not prepare a publication")
-        send_all(publications)
+        if failed:
+            send_all(collected)
 
 
 def publish_later(key: Hashable, produce: Callable[[], list[Publication]]) -> None:
@@ -243,6 +264,15 @@ def send_all(publications: list[Publication]) -> None:
     if layer is None:
         return
     async_to_sync(_send_all)(layer, publications)
+
+
+async def send_publications(publications: list[Publication]) -> None:
+    """Send what ``collecting_publications`` collected, in order, from the event loop."""
+    if not publications:
+        return
+    layer = get_channel_layer()
+    if layer is not None:
+        await _send_all(layer, publications)
 
 
 async def _send_all(layer: Any, publications: list[Publication]) -> None:

@@ -19,7 +19,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from omnigent_runner import protocol
-from runners import runner_events, services
+from runners import dispatch, runner_events, services
 from runners.models import Runner
 from sessions import eventlog
 from sessions.eventlog import record_event, session_group
@@ -295,3 +295,65 @@ def test_an_accepted_message_publishes_its_events_and_list_row_in_one_trip(
     assert [seq for seq, _frame in events] == [row.seq for row in stored(session.id)][-2:]
     row = async_to_sync(list_layer.receive)(list_channel)
     assert '"status":"running"' in row["frame"]
+
+
+def test_the_tunnel_gets_a_batch_s_publications_to_send_from_its_event_loop(
+    bound: tuple[Session, Turn, Runner], alice: Any
+) -> None:
+    """``store_runner_events`` sends nothing from its thread: the consumer sends what it
+    returns with ``send_publications``, stream events before the list row, in order."""
+    session, turn, runner = bound
+    stream_layer, stream_channel = listening(session_group(session.id))
+    list_layer, list_channel = listening(user_group(alice.pk))
+    events = a_turn(turn)
+    acks, publications = services.store_runner_events(runner_id=runner.id, events=events)
+    assert acks == {session.id: len(events)}
+    assert [group for group, _message in publications] == [
+        session_group(session.id),
+        user_group(alice.pk),
+    ]
+    with pytest.raises(asyncio.TimeoutError):  # not sent yet
+        async_to_sync(asyncio.wait_for)(stream_layer.receive(stream_channel), 0.2)
+    async_to_sync(eventlog.send_publications)(publications)
+    message = async_to_sync(stream_layer.receive)(stream_channel)
+    seqs = [seq for seq, _frame in message["events"]]
+    assert seqs == [row.seq for row in stored(session.id) if row.seq >= seqs[0]]
+    assert len(seqs) == len(events) + 1
+    assert '"status":"idle"' in async_to_sync(list_layer.receive)(list_channel)["frame"]
+
+
+def test_an_accepted_message_comes_back_with_its_publications_unsent(
+    alice: Any, make_bundle: Callable[..., bytes]
+) -> None:
+    runner, _token = services.register_runner(owner=alice, name="stub")
+    session = create_session_from_bundle(user=alice, data=make_bundle())
+    Session.objects.filter(pk=session.pk).update(runner=runner)
+    stream_layer, stream_channel = listening(session_group(session.id))
+    item, turn, command, publications = dispatch._accept_with_command(
+        session_id=session.id, created_by=alice.username, data=USER_MESSAGE, tools=[]
+    )
+    assert command.response_id == turn.id and command.input[0]["id"] == item.id
+    assert [group for group, _message in publications] == [
+        session_group(session.id),
+        user_group(alice.pk),
+    ]
+    with pytest.raises(asyncio.TimeoutError):
+        async_to_sync(asyncio.wait_for)(stream_layer.receive(stream_channel), 0.2)
+    async_to_sync(eventlog.send_publications)(publications)
+    events = async_to_sync(stream_layer.receive)(stream_channel)["events"]
+    assert [seq for seq, _frame in events] == [row.seq for row in stored(session.id)][-2:]
+
+
+def test_collected_publications_of_a_failing_block_are_sent_before_the_error(
+    bound: tuple[Session, Turn, Runner],
+) -> None:
+    """What a block committed before it failed still reaches watchers."""
+    session, _turn, _runner = bound
+    layer, channel = listening(session_group(session.id))
+    with pytest.raises(RuntimeError, match="after the commit"):
+        with eventlog.collecting_publications() as publications:
+            record_event(session_id=session.id, payload={"type": "session.note", "n": 1})
+            raise RuntimeError("after the commit")
+    assert [group for group, _message in publications] == [session_group(session.id)]
+    message = async_to_sync(layer.receive)(channel)
+    assert [seq for seq, _frame in message["events"]] == [stored(session.id)[-1].seq]
