@@ -183,22 +183,6 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def context_switches(pid: int) -> int:
-    """Voluntary plus involuntary context switches of ``pid``'s live threads (from /proc):
-    how often its threads handed the CPU over, mostly waiting for the GIL or a lock.
-    Threads that have ended no longer count."""
-    total = 0
-    for status in Path(f"/proc/{pid}/task").glob("*/status"):
-        try:
-            text = status.read_text()
-        except OSError:  # the thread ended meanwhile
-            continue
-        for line in text.splitlines():
-            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
-                total += int(line.split()[1])
-    return total
-
-
 def mib(value: int | float) -> float:
     return round(value / MIB, 2)
 

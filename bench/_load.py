@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from bench._common import REPO, context_switches, cpu_seconds, within
+from bench._common import REPO, cpu_seconds, within
 from testing.processes import base_env
 
 
@@ -158,20 +158,9 @@ class CpuClock:
         }
         self.groups["bench_client"] = [os.getpid()]
         self.begin: dict[int, float] = {}
-        self.begin_switches: dict[int, int] = {}
 
     def start(self) -> None:
         self.begin = {pid: cpu_seconds(pid) for pids in self.groups.values() for pid in pids}
-        self.begin_switches = {pid: context_switches(pid) for pid in self.begin}
-
-    def switches_per_turn(self, turns: int) -> dict[str, float]:
-        """Context switches per turn of each role's processes (see ``context_switches``)."""
-        return {
-            name: round(
-                sum(context_switches(pid) - self.begin_switches[pid] for pid in pids) / turns, 1
-            )
-            for name, pids in self.groups.items()
-        }
 
     def _used(self) -> dict[int, float]:
         return {pid: cpu_seconds(pid) - start for pid, start in self.begin.items()}

@@ -702,12 +702,10 @@ async def measure_round(
     wall = time.perf_counter() - t0
     n = len(turns)
     cpu_ms = cpu.per_turn_ms(n)
-    switches = cpu.switches_per_turn(n)
     by_process = cpu.per_process_ms(n)
     await asyncio.sleep(0.05)
     counters: dict[str, Any] = {
         "cpu_ms_per_turn": cpu_ms,
-        "context_switches_per_turn": switches,
         "sql_per_turn": sql_delta(q0, await sql_counters_all(clients.api), n),
     }
     if by_process:
@@ -1031,8 +1029,6 @@ def flatten(run: dict[str, Any]) -> dict[str, float]:
                 f"{base}.cpu_ms.server+runner",
                 rnd["cpu_ms_per_turn"]["server"] + rnd["cpu_ms_per_turn"]["runner"],
             )
-            for proc, count in rnd.get("context_switches_per_turn", {}).items():
-                put(f"{base}.context_switches.{proc}", count)
             put(f"{base}.sql_per_turn", rnd["sql_per_turn"]["statements"])
             put(f"{base}.sql_ms_per_turn", rnd["sql_per_turn"]["sql_ms"])
             put(f"{base}.sql_begin_per_turn", rnd["sql_per_turn"]["by_verb"].get("BEGIN", 0))
