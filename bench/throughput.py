@@ -366,6 +366,42 @@ async def script_turns(
     return tokens
 
 
+async def idle_pollers(
+    clients: Clients, stack: Stack, args: argparse.Namespace, seconds: float = 3.0
+) -> dict[str, Any]:
+    """``--sessions`` pollers at ``--poll-ms`` on sessions where nothing happens: what
+    the polls alone cost the server when they come all at once, as in the rounds."""
+    server_pid = stack.server.process.popen.pid
+    pollers = clients.pollers[0]
+    bundle = agent_bundle(os_env=False)
+    sessions = [
+        await create_session(clients.api[0], bundle, f"bench-idle-{i}")
+        for i in range(args.sessions)
+    ]
+    interval = args.poll_ms / 1000
+    latencies: list[float] = []
+    stop = time.perf_counter() + seconds
+
+    async def poll(session_id: str) -> None:
+        while time.perf_counter() < stop:
+            await asyncio.sleep(interval)
+            t0 = time.perf_counter()
+            (await pollers.get(f"/v1/sessions/{session_id}")).raise_for_status()
+            latencies.append(time.perf_counter() - t0)
+
+    for session_id in sessions:  # warm-up: one poll each
+        (await pollers.get(f"/v1/sessions/{session_id}")).raise_for_status()
+    cpu0, t0 = cpu_seconds(server_pid), time.perf_counter()
+    await asyncio.gather(*(poll(session_id) for session_id in sessions))
+    wall, cpu = time.perf_counter() - t0, cpu_seconds(server_pid) - cpu0
+    return {
+        **summary_ms(latencies),
+        "polls_per_s": round(len(latencies) / wall, 1),
+        "server_cpu_ms": round(cpu * 1000 / max(len(latencies), 1), 3),
+        "server_cpu_share": round(cpu / wall, 2),
+    }
+
+
 async def new_sessions(client: httpx.AsyncClient, runner_id: str, count: int) -> list[str]:
     bundle = agent_bundle(os_env=False)
     ids = []
@@ -452,7 +488,7 @@ async def floor(
     out: dict[str, Any] = {}
     for name, path, n in (
         ("noop", "/bench/noop", args.floor_requests),
-        ("health", "/health", args.floor_requests // 3),
+        ("health", "/health", max(1, args.floor_requests // 3)),
     ):
         for _ in range(20):
             (await client.get(path)).raise_for_status()
@@ -476,6 +512,8 @@ async def floor(
         await stub.start()
         await wait_online(client, runner_id)
         assert stub.ws is not None
+        for _ in range(20):  # warm-up, as for the HTTP floors
+            await within(await stub.ws.ping(), 10, "a WebSocket pong")
         samples = []
         cpu0 = cpu_seconds(server_pid)
         for _ in range(args.floor_requests):
@@ -483,7 +521,7 @@ async def floor(
             await within(await stub.ws.ping(), 10, "a WebSocket pong")
             samples.append(time.perf_counter() - t0)
         out["ws_ping"] = {
-            **summary_ms(samples[20:]),
+            **summary_ms(samples),
             "server_cpu_ms": round(
                 (cpu_seconds(server_pid) - cpu0) * 1000 / args.floor_requests, 3
             ),
@@ -967,6 +1005,7 @@ async def measure(
             result["floor"] = await floor(client, stack, args)
             result["snapshot"] = await snapshot_cost(client, stack, args)
             result["single"] = await single_turns(client, stack, args)
+            result["idle_pollers"] = await idle_pollers(clients, stack, args)
         ran_single = "single" in result
         await warm_up(clients, stack, list(range(1 if ran_single else 0, len(stack.runners))), args)
         if "poll" in args.modes:
@@ -1015,6 +1054,10 @@ def flatten(run: dict[str, Any]) -> dict[str, float]:
         for proc, ms in single["cpu_ms_per_turn"].items():
             put(f"single.turn2.cpu_ms.{proc}", ms)
         put("single.stream_events_per_turn", single["stream_events_per_turn"])
+    idle = run.get("idle_pollers")
+    if idle and "p50_ms" in idle:
+        for key in ("p50_ms", "polls_per_s", "server_cpu_ms", "server_cpu_share"):
+            put(f"idle_pollers.{key}", idle[key])
     for mode in ("poll", "stream"):
         for rnd in run.get(mode, []):
             base = f"{mode}.round{rnd['round']}"
@@ -1245,6 +1288,9 @@ def main() -> int:
     args.modes = {m.strip() for m in args.modes.split(",") if m.strip()}
     if args.servers < 1:
         parser.error("--servers must be 1 or more")
+    for option in ("floor_requests", "snapshot_requests", "single", "sessions", "rounds"):
+        if getattr(args, option) < 1:
+            parser.error(f"--{option.replace('_', '-')} must be 1 or more")
     if args.scaling and args.database == "sqlite":
         parser.error("--scaling runs every server count on PostgreSQL + Redis")
     if args.database is None:
