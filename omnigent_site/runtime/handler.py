@@ -43,13 +43,15 @@ all, a streamed response, which stays open as long as its watcher does. So:
   call at a time. A watcher then costs a socket and its tasks, not a thread.
 
 How many requests *run* sync code at once is a separate limit
-(``running_gate.RunningGate``, ``OMNIGENT_REQUEST_THREADS_RUNNING``): every call goes
-through it in ``_call_then_tidy``.
+(``running_gate.RunningGate``, ``OMNIGENT_REQUEST_THREADS_RUNNING``): every call waits
+for a place there (``RequestThread.submit``) before it takes its request's thread, so a
+waiting call holds none.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -108,21 +110,12 @@ class RequestThreadPool:
         return self._created
 
 
-def _call_then_tidy(gate: RunningGate, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run one sync call of a request once the gate lets it, then close or hand back its
-    stale connections."""
-    with gate.running():
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            close_old_connections()
-
-
 class RequestThread(Executor):
     """The executor a request's thread-sensitive calls go to.
 
-    It leases a thread from the pool on the request's first sync call and keeps
-    it, so all of the request's sync code runs on one thread, as Django expects.
+    It leases a thread from the pool when the request's first sync call gets a running
+    place (``running_gate``) and keeps it, so all of the request's sync code runs on one
+    thread, as Django expects.
     The thread goes back to the pool when the request ends (``close``) or when
     its response starts streaming (``detach``), but never while a call is still
     running on it: a request cancelled mid-call returns its thread only once that
@@ -137,14 +130,70 @@ class RequestThread(Executor):
         self._keep = True
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        future: Future[T] = Future()
         with self._lock:
-            if self._thread is None:
-                self._thread = self._pool.acquire()
-            thread = self._thread
             self._running += 1
-        future = thread.submit(_call_then_tidy, self._pool.gate, fn, *args, **kwargs)
-        future.add_done_callback(self._call_done)
+        # The call waits for a running place (``running_gate``) before it takes a thread.
+        self._pool.gate.enter(functools.partial(self._start, future, fn, args, kwargs))
         return future
+
+    def _start(
+        self,
+        future: Future[T],
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        place: bool,
+    ) -> None:
+        """Run the call on the request's thread, leased now if it has none."""
+        thread = None
+        try:
+            with self._lock:
+                if not future.cancelled():  # a call cancelled while it waited never runs
+                    if self._thread is None:
+                        self._thread = self._pool.acquire()
+                    thread = self._thread
+            if thread is not None:
+                thread.submit(self._run, future, fn, args, kwargs, place)
+                return
+        except BaseException as exc:  # the pool is shutting down
+            if future.set_running_or_notify_cancel():
+                future.set_exception(exc)
+        self._pool.gate.leave(place)
+        self._call_done()
+
+    def _run(
+        self,
+        future: Future[T],
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        place: bool,
+    ) -> None:
+        """On the request's thread: the call, then its stale connections closed or handed
+        back, then its place and (if the request no longer keeps it) its thread given
+        back, and only then its result, so nothing of the call runs once it is seen over."""
+        error: BaseException | None = None
+        result: Any = None
+        started = False
+        try:
+            started = future.set_running_or_notify_cancel()
+            if started:
+                try:
+                    result = fn(*args, **kwargs)
+                finally:
+                    close_old_connections()
+        except BaseException as exc:
+            error = exc
+        finally:
+            self._pool.gate.leave(place)
+            self._call_done()
+        if not started:
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
 
     def detach(self) -> None:
         """Stop keeping a thread between calls (the response is streaming)."""
@@ -160,7 +209,7 @@ class RequestThread(Executor):
     def leased(self) -> bool:
         return self._thread is not None
 
-    def _call_done(self, _future: Future[Any]) -> None:
+    def _call_done(self) -> None:
         with self._lock:
             self._running -= 1
             thread = None if self._keep else self._take_idle_thread()

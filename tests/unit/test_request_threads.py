@@ -21,7 +21,6 @@ from omnigent_site.runtime.handler import (
     RequestThreadPool,
     move_request_housekeeping_to_end,
 )
-from omnigent_site.runtime.running_gate import RunningGate
 
 
 def thread_of(executor: object) -> int:
@@ -151,11 +150,8 @@ def test_after_detach_each_call_borrows_a_thread_while_it_runs(
 
 
 def handed_back(future: Future[Any]) -> None:
-    """Wait until the thread of ``future``'s call has been dealt with.
-
-    A future's callbacks run in the order they were added, and ``submit`` adds
-    the hand-back first, so a callback added here runs after it.
-    """
+    """Wait until the thread of ``future``'s call has been dealt with: a call's place and
+    thread are handed back before its future is done."""
     done = threading.Event()
     future.add_done_callback(lambda _: done.set())
     assert done.wait(10)
@@ -225,12 +221,17 @@ def test_at_most_the_running_limit_of_requests_run_sync_code_at_once(
     pool = RequestThreadPool(max_idle=8, max_running=2)
     occupancy = Occupancy()
     futures = requests_running(pool, 6, occupancy)
-    # Six threads are leased; two run, four wait for a place (without the GIL).
+    # Two run, each on its request's thread; four wait for a place, holding no thread.
     occupancy.wait_for(2)
     time.sleep(0.1)  # a negative: had the gate let a third in, it would be counted by now
     assert occupancy.now == 2
+    assert pool.created == 2 and pool.gate.waiting == 4
     occupancy.release.set()
-    assert len({future.result(timeout=10) for future in futures}) == 6
+    for future in futures:
+        future.result(timeout=10)
+    # Each request got its thread when its call started (none of them ended, so none
+    # could hand a thread on to the next).
+    assert pool.created == 6
     assert occupancy.most == 2
     assert pool.gate.overflows == 0
 
@@ -269,13 +270,68 @@ def test_a_call_that_waited_too_long_runs_anyway_and_is_counted(
     assert pool.gate.overflows == 2
 
 
-def test_a_call_inside_a_running_call_does_not_wait_for_a_place() -> None:
-    gate = RunningGate(limit=1, wait_s=5)
-    started = time.monotonic()
-    with gate.running(), gate.running():
-        pass
-    assert time.monotonic() - started < 1
-    assert gate.overflows == 0
+def test_waiting_calls_start_in_arrival_order_each_on_its_request_s_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recording_tidy(monkeypatch)
+    pool = RequestThreadPool(max_idle=4, max_running=1)
+    occupancy = Occupancy()
+    blocking = RequestThread(pool).submit(occupancy.call)
+    occupancy.wait_for(1)
+    order: list[int] = []
+    request = RequestThread(pool)
+    waiting = [request.submit(order.append, n) for n in range(5)]
+    others = [RequestThread(pool).submit(order.append, n) for n in range(5, 8)]
+    assert pool.gate.waiting == 8 and not request.leased
+    occupancy.release.set()
+    blocking.result(timeout=10)
+    for future in waiting + others:
+        future.result(timeout=10)
+    assert order == list(range(8))
+    assert len({request.submit(threading.get_ident).result(timeout=10) for _ in range(3)}) == 1
+    assert pool.gate.overflows == 0
+
+
+def test_a_call_cancelled_while_it_waits_never_runs_and_takes_no_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A request that goes away (its client disconnected) while its call waits for a
+    place: the call is dropped, and the request leaves no thread behind."""
+    recording_tidy(monkeypatch)
+    pool = RequestThreadPool(max_idle=4, max_running=1)
+    occupancy = Occupancy()
+    blocking = RequestThread(pool).submit(occupancy.call)
+    occupancy.wait_for(1)
+    ran: list[str] = []
+    request = RequestThread(pool)
+    waiting = request.submit(ran.append, "cancelled call")
+    assert waiting.cancel()
+    request.close()
+    occupancy.release.set()
+    blocking.result(timeout=10)
+    # The place went on to the next call: this one does not wait (no overflow).
+    assert RequestThread(pool).submit(lambda: "next").result(timeout=10) == "next"
+    assert ran == [] and not request.leased
+    assert pool.gate.waiting == 0 and pool.gate.overflows == 0
+    assert pool.created == 2  # the blocking request's thread, and the last one's
+
+
+def test_a_failing_call_gives_its_place_and_thread_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    recording_tidy(monkeypatch)
+    pool = RequestThreadPool(max_idle=4, max_running=1)
+    request = RequestThread(pool)
+
+    def broken() -> None:
+        raise KeyError("gone")
+
+    with pytest.raises(KeyError):
+        request.submit(broken).result(timeout=10)
+    request.close()
+    assert pool.idle == 1 and not request.leased
+    assert RequestThread(pool).submit(lambda: 1).result(timeout=10) == 1
+    assert pool.gate.overflows == 0
 
 
 def test_the_server_handler_takes_the_limit_from_the_settings(
