@@ -51,7 +51,6 @@ from omnigent_runner.protocol import (
     with_id,
 )
 from sessions import approvals
-from sessions.eventlog import send_publications
 
 from . import runner_events, services
 from .relay import notify
@@ -269,11 +268,9 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                     self.event_backlog.popleft()
                     for _ in range(min(len(self.event_backlog), EVENT_BATCH))
                 ]
-                acks, publications = await database_sync_to_async(services.store_runner_events)(
+                acks = await database_sync_to_async(services.record_runner_events)(
                     runner_id=self.runner_id, events=batch
                 )
-                # Watchers first, then the runner's acks; from this loop, not the thread.
-                await send_publications(publications)
                 for session_id, seq in acks.items():
                     await self._send(EventAck(session_id=session_id, seq=seq))
         except Exception as exc:

@@ -31,7 +31,7 @@ from omnigent_site.domain_errors import Forbidden, InvalidInput
 from omnigent_site.users import get_or_create_user, is_admin
 from sessions import approvals, updates
 from sessions.blobs import BundleMissing
-from sessions.eventlog import Publication, collecting_publications, publishing_together
+from sessions.eventlog import publishing_together
 from sessions.models import Session, Turn
 
 from . import runner_events
@@ -272,19 +272,14 @@ def record_runner_events(
 
     Each session's events in the batch are stored in one transaction, in arrival
     order (``runner_events.record``); watchers get what the batch produced together.
+    The publications are sent from this thread, before the tunnel consumer acknowledges
+    the batch and takes the next one. Handing them to the consumer's event loop instead
+    (``eventlog.collecting_publications``, as a message's ``POST`` does) was measured:
+    less CPU per turn with one watcher per session, but a session with 200 watchers was
+    fanned out about twice as late (``docs/performance.md``, stage 3).
     """
     with publishing_together():
         return _record_runs(runner_id=runner_id, events=events)
-
-
-def store_runner_events(
-    *, runner_id: str, events: Sequence[runner_events.ReceivedEvent]
-) -> tuple[dict[str, int], list[Publication]]:
-    """``record_runner_events`` for the tunnel consumer: the acks, and what to publish,
-    which the consumer sends from its event loop (``eventlog.collecting_publications``)."""
-    with collecting_publications() as publications:
-        acks = _record_runs(runner_id=runner_id, events=events)
-    return acks, publications
 
 
 def _record_runs(

@@ -297,31 +297,6 @@ def test_an_accepted_message_publishes_its_events_and_list_row_in_one_trip(
     assert '"status":"running"' in row["frame"]
 
 
-def test_the_tunnel_gets_a_batch_s_publications_to_send_from_its_event_loop(
-    bound: tuple[Session, Turn, Runner], alice: Any
-) -> None:
-    """``store_runner_events`` sends nothing from its thread: the consumer sends what it
-    returns with ``send_publications``, stream events before the list row, in order."""
-    session, turn, runner = bound
-    stream_layer, stream_channel = listening(session_group(session.id))
-    list_layer, list_channel = listening(user_group(alice.pk))
-    events = a_turn(turn)
-    acks, publications = services.store_runner_events(runner_id=runner.id, events=events)
-    assert acks == {session.id: len(events)}
-    assert [group for group, _message in publications] == [
-        session_group(session.id),
-        user_group(alice.pk),
-    ]
-    with pytest.raises(asyncio.TimeoutError):  # not sent yet
-        async_to_sync(asyncio.wait_for)(stream_layer.receive(stream_channel), 0.2)
-    async_to_sync(eventlog.send_publications)(publications)
-    message = async_to_sync(stream_layer.receive)(stream_channel)
-    seqs = [seq for seq, _frame in message["events"]]
-    assert seqs == [row.seq for row in stored(session.id) if row.seq >= seqs[0]]
-    assert len(seqs) == len(events) + 1
-    assert '"status":"idle"' in async_to_sync(list_layer.receive)(list_channel)["frame"]
-
-
 def test_an_accepted_message_comes_back_with_its_publications_unsent(
     alice: Any, make_bundle: Callable[..., bytes]
 ) -> None:
