@@ -56,6 +56,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import django
@@ -110,6 +111,16 @@ class RequestThreadPool:
         return self._created
 
 
+@dataclass(slots=True)
+class _Call:
+    """One sync call of a request, from ``submit`` until it has run."""
+
+    future: Future[Any]
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
 class RequestThread(Executor):
     """The executor a request's thread-sensitive calls go to.
 
@@ -130,46 +141,32 @@ class RequestThread(Executor):
         self._keep = True
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        future: Future[T] = Future()
+        call = _Call(Future(), fn, args, kwargs)
         with self._lock:
             self._running += 1
         # The call waits for a running place (``running_gate``) before it takes a thread.
-        self._pool.gate.enter(functools.partial(self._start, future, fn, args, kwargs))
-        return future
+        self._pool.gate.enter(functools.partial(self._start, call))
+        return call.future
 
-    def _start(
-        self,
-        future: Future[T],
-        fn: Callable[..., T],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        place: bool,
-    ) -> None:
+    def _start(self, call: _Call, place: bool) -> None:
         """Run the call on the request's thread, leased now if it has none."""
         thread = None
         try:
             with self._lock:
-                if not future.cancelled():  # a call cancelled while it waited never runs
+                if not call.future.cancelled():  # a call cancelled while it waited never runs
                     if self._thread is None:
                         self._thread = self._pool.acquire()
                     thread = self._thread
             if thread is not None:
-                thread.submit(self._run, future, fn, args, kwargs, place)
+                thread.submit(self._run, call, place)
                 return
         except BaseException as exc:  # the pool is shutting down
-            if future.set_running_or_notify_cancel():
-                future.set_exception(exc)
+            if call.future.set_running_or_notify_cancel():
+                call.future.set_exception(exc)
         self._pool.gate.leave(place)
         self._call_done()
 
-    def _run(
-        self,
-        future: Future[T],
-        fn: Callable[..., T],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        place: bool,
-    ) -> None:
+    def _run(self, call: _Call, place: bool) -> None:
         """On the request's thread: the call, then its stale connections closed or handed
         back, then its place and (if the request no longer keeps it) its thread given
         back, and only then its result, so nothing of the call runs once it is seen over."""
@@ -177,10 +174,10 @@ class RequestThread(Executor):
         result: Any = None
         started = False
         try:
-            started = future.set_running_or_notify_cancel()
+            started = call.future.set_running_or_notify_cancel()
             if started:
                 try:
-                    result = fn(*args, **kwargs)
+                    result = call.fn(*call.args, **call.kwargs)
                 finally:
                     close_old_connections()
         except BaseException as exc:
@@ -191,9 +188,9 @@ class RequestThread(Executor):
         if not started:
             return
         if error is not None:
-            future.set_exception(error)
+            call.future.set_exception(error)
         else:
-            future.set_result(result)
+            call.future.set_result(result)
 
     def detach(self) -> None:
         """Stop keeping a thread between calls (the response is streaming)."""
