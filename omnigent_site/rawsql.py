@@ -117,14 +117,10 @@ def _plan(db: BaseDatabaseWrapper, model: type[Model], columns: tuple[str, ...])
     return plan
 
 
+@functools.cache
 def joined_columns(model: type[Model], alias: str, name: str) -> str:
     """The select list of ``model``'s columns from the table aliased ``alias``, each
     named ``name__<column>``: how a joined row reaches ``rows(..., joined={name: model})``."""
-    return _joined_columns(model, alias, name)
-
-
-@functools.cache
-def _joined_columns(model: type[Model], alias: str, name: str) -> str:
     quote = connection.ops.quote_name
     return ", ".join(
         f"{alias}.{quote(field.column)} AS {quote(f'{name}__{field.column}')}"
@@ -272,17 +268,23 @@ def increment_returning(model: type[Model], *, pk: Any, field: str, by: int) -> 
     return None if row is None else int(row[0])
 
 
-@functools.lru_cache(maxsize=256)  # one entry per model and row count seen
-def _insert_sql(model: type[Model], rows_count: int) -> tuple[str, tuple[Field[Any, Any], ...]]:
-    fields = tuple(
+@functools.cache
+def _insert_fields(model: type[Model]) -> tuple[Field[Any, Any], ...]:
+    """The fields an INSERT sends: every column but the database-generated key."""
+    return tuple(
         field
         for field in model._meta.concrete_fields
         if field.column is not None and not field.primary_key
     )
+
+
+@functools.lru_cache(maxsize=256)  # one entry per model and row count seen
+def _insert_sql(model: type[Model], rows_count: int) -> str:
+    fields = _insert_fields(model)
     columns = ", ".join(connection.ops.quote_name(str(field.column)) for field in fields)
     one = "(" + ", ".join(["%s"] * len(fields)) + ")"
     values = ", ".join([one] * rows_count)
-    return f"INSERT INTO {quoted(model)} ({columns}) VALUES {values}", fields
+    return f"INSERT INTO {quoted(model)} ({columns}) VALUES {values}"
 
 
 def insert_rows(model: type[M], instances: Sequence[M]) -> None:
@@ -300,12 +302,12 @@ def insert_rows(model: type[M], instances: Sequence[M]) -> None:
     if not instances:
         return
     db = connections[DEFAULT_DB_ALIAS]
-    _sql, fields = _insert_sql(model, 1)
+    fields = _insert_fields(model)
     size = db.ops.bulk_batch_size(list(fields), list(instances)) or len(instances)
     with db.cursor() as cursor:
         for start in range(0, len(instances), size):
             chunk = instances[start : start + size]
-            sql, _fields = _insert_sql(model, len(chunk))
+            sql = _insert_sql(model, len(chunk))
             params: list[Any] = []
             for instance in chunk:
                 params.extend(

@@ -177,11 +177,11 @@ def collecting_publications() -> Iterator[list[Publication]]:
     publications are put in the yielded list at its end instead of being sent, and the
     async caller sends them on its event loop (``send_publications``).
 
-    That saves a thread's trip to the event loop and back (``async_to_sync``) for every
-    write a view or the tunnel makes, and the thread (with its running place and the
-    SQLite write lock's successor waiting on it) no longer waits for a busy loop. If the
-    block raises, what it committed is sent from here before the error goes on, as
-    ``publishing_together`` would.
+    That saves the thread a trip to the event loop and back (``async_to_sync``), and the
+    thread (with its running place) no longer waits there for a busy loop. A message's
+    ``POST`` uses it; the tunnel's event writer does not (``record_runner_events`` says
+    why). If the block raises, what it committed is sent from here before the error goes
+    on, as ``publishing_together`` would.
     """
     collected: list[Publication] = []
     if getattr(_held, "block", None) is not None:

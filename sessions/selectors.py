@@ -30,22 +30,30 @@ def _runner_model() -> type[Model]:
 
 
 @functools.cache
-def _with_runner_and_agent(*, agent: bool) -> tuple[str, str, dict[str, type[Model]]]:
-    """Select list, joins and ``rows(joined=...)`` for a session row ``s`` read with its
-    runner (none when unbound) and, if ``agent``, its agent: one query instead of three."""
+def _relations(*, agent: bool) -> dict[str, type[Model]]:
+    """What a session row is read with (``rows(joined=...)``): its runner and, if
+    ``agent``, its agent."""
+    related: dict[str, type[Model]] = {"runner": _runner_model()}
+    if agent:
+        related["agent"] = Agent
+    return related
+
+
+@functools.cache
+def _relations_sql(*, agent: bool) -> tuple[str, str]:
+    """The select list and joins of ``_relations`` for a session row ``s``: one query
+    instead of three. The runner is a LEFT JOIN (a session may have none)."""
     runner = _runner_model()
     columns = f", {joined_columns(runner, 'r', 'runner')}"
     joins = (
         f" LEFT JOIN {quoted(runner)} r ON r.{quoted(runner, 'id')} = s.{quoted(Session, 'runner')}"
     )
-    related: dict[str, type[Model]] = {"runner": runner}
     if agent:
         columns += f", {joined_columns(Agent, 'a', 'agent')}"
         joins += (
             f" JOIN {quoted(Agent)} a ON a.{quoted(Agent, 'id')} = s.{quoted(Session, 'agent')}"
         )
-        related["agent"] = Agent
-    return columns, joins, related
+    return columns, joins
 
 
 @functools.cache
@@ -53,7 +61,7 @@ def _session_with_grant_sql(*, with_agent: bool = False) -> str:
     """One session row plus the caller's grant level (NULL without a grant), its runner
     and, if ``with_agent``, its agent."""
     session_id, grant_session = quoted(Session, "id"), quoted(Permission, "session")
-    columns, joins, _related = _with_runner_and_agent(agent=with_agent)
+    columns, joins = _relations_sql(agent=with_agent)
     return (
         f"SELECT s.*, g.{quoted(Permission, 'level')} AS caller_level{columns} "
         f"FROM {quoted(Session)} s LEFT JOIN {quoted(Permission)} g "
@@ -78,12 +86,11 @@ def session_for(
     """
     if not user.is_authenticated:
         raise NotFound(f"session {session_id!r} not found")
-    _columns, _joins, related = _with_runner_and_agent(agent=with_agent)
     session = first_row(
         Session,
         _session_with_grant_sql(with_agent=with_agent),
         [user.pk, session_id],
-        joined=related,
+        joined=_relations(agent=with_agent),
     )
     held = 0
     if session is not None:
@@ -99,7 +106,7 @@ def session_for(
 def _session_list_row_sql() -> str:
     """One session row plus how many of its questions are open, with runner and agent."""
     approval_session = quoted(Approval, "session")
-    columns, joins, _related = _with_runner_and_agent(agent=True)
+    columns, joins = _relations_sql(agent=True)
     return (
         f"SELECT s.*, (SELECT COUNT(*) FROM {quoted(Approval)} a2 "
         f"WHERE a2.{approval_session} = s.{quoted(Session, 'id')} "
@@ -115,9 +122,11 @@ def session_list_row(*, session_id: str) -> Session | None:
     Read after every status change to tell open lists (``updates``), so it is one plain
     SQL query like ``session_for``: the annotated ORM query cost about 1 ms to build.
     """
-    _columns, _joins, related = _with_runner_and_agent(agent=True)
     return first_row(
-        Session, _session_list_row_sql(), [Approval.Status.PENDING, session_id], joined=related
+        Session,
+        _session_list_row_sql(),
+        [Approval.Status.PENDING, session_id],
+        joined=_relations(agent=True),
     )
 
 

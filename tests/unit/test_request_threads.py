@@ -270,14 +270,22 @@ def test_a_call_that_waited_too_long_runs_anyway_and_is_counted(
     assert pool.gate.overflows == 2
 
 
-def test_waiting_calls_start_in_arrival_order_each_on_its_request_s_thread(
+def one_place_taken(
     monkeypatch: pytest.MonkeyPatch,
-) -> None:
+) -> tuple[RequestThreadPool, Occupancy, Future[int]]:
+    """A pool with one running place, held by a call that runs until released."""
     recording_tidy(monkeypatch)
     pool = RequestThreadPool(max_idle=4, max_running=1)
     occupancy = Occupancy()
     blocking = RequestThread(pool).submit(occupancy.call)
     occupancy.wait_for(1)
+    return pool, occupancy, blocking
+
+
+def test_waiting_calls_start_in_arrival_order_each_on_its_request_s_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pool, occupancy, blocking = one_place_taken(monkeypatch)
     order: list[int] = []
     request = RequestThread(pool)
     waiting = [request.submit(order.append, n) for n in range(5)]
@@ -297,11 +305,7 @@ def test_a_call_cancelled_while_it_waits_never_runs_and_takes_no_thread(
 ) -> None:
     """A request that goes away (its client disconnected) while its call waits for a
     place: the call is dropped, and the request leaves no thread behind."""
-    recording_tidy(monkeypatch)
-    pool = RequestThreadPool(max_idle=4, max_running=1)
-    occupancy = Occupancy()
-    blocking = RequestThread(pool).submit(occupancy.call)
-    occupancy.wait_for(1)
+    pool, occupancy, blocking = one_place_taken(monkeypatch)
     ran: list[str] = []
     request = RequestThread(pool)
     waiting = request.submit(ran.append, "cancelled call")
