@@ -8,7 +8,6 @@ import json
 
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.models import User as AuthUser
-from django.db import connection
 from django.db.models import Count, IntegerField, Model, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 
@@ -103,55 +102,49 @@ def session_for(
 
 
 @functools.cache
-def _session_list_row_sql() -> str:
-    """One session row plus how many of its questions are open, with runner and agent."""
-    approval_session = quoted(Approval, "session")
+def _session_list_rows_sql(*, one_user: bool) -> str:
+    """One session row per direct grant (of one user's only): the grantee and level, how
+    many of the session's questions are open, its runner and agent."""
+    session_id, approval_session = quoted(Session, "id"), quoted(Approval, "session")
     columns, joins = _relations_sql(agent=True)
-    return (
-        f"SELECT s.*, (SELECT COUNT(*) FROM {quoted(Approval)} a2 "
-        f"WHERE a2.{approval_session} = s.{quoted(Session, 'id')} "
-        f"AND a2.{quoted(Approval, 'status')} = %s) AS pending_elicitations_count{columns} "
-        f"FROM {quoted(Session)} s{joins} WHERE s.{quoted(Session, 'id')} = %s"
-    )
-
-
-def session_list_row(*, session_id: str) -> Session | None:
-    """The session as a row of ``GET /v1/sessions`` shows it: with its runner, its agent
-    and ``pending_elicitations_count``, as ``sessions_granted_to`` annotates them.
-
-    Read after every status change to tell open lists (``updates``), so it is one plain
-    SQL query like ``session_for``: the annotated ORM query cost about 1 ms to build.
-    """
-    return first_row(
-        Session,
-        _session_list_row_sql(),
-        [Approval.Status.PENDING, session_id],
-        joined=_relations(agent=True),
-    )
-
-
-@functools.cache
-def _grant_levels_sql(*, one_user: bool) -> str:
-    user = quoted(Permission, "user")
     sql = (
-        f"SELECT {user}, {quoted(Permission, 'level')} FROM {quoted(Permission)} "
-        f"WHERE {quoted(Permission, 'session')} = %s"
+        f"SELECT s.*, (SELECT COUNT(*) FROM {quoted(Approval)} a2 "
+        f"WHERE a2.{approval_session} = s.{session_id} "
+        f"AND a2.{quoted(Approval, 'status')} = %s) AS pending_elicitations_count, "
+        f"g.{quoted(Permission, 'user')} AS grantee_pk, g.{quoted(Permission, 'level')} "
+        f"AS grantee_level{columns} FROM {quoted(Session)} s "
+        f"JOIN {quoted(Permission)} g ON g.{quoted(Permission, 'session')} = s.{session_id}"
+        f"{joins} WHERE s.{session_id} = %s"
     )
-    return sql + f" AND {user} = %s" if one_user else sql
+    return sql + f" AND g.{quoted(Permission, 'user')} = %s" if one_user else sql
 
 
-def session_grantee_levels(*, session_id: str, user_pk: int | None = None) -> list[tuple[int, int]]:
-    """``(user pk, level)`` of each direct grant on the session (of one user's only).
+def session_list_rows(
+    *, session_id: str, user_pk: int | None = None
+) -> list[tuple[int, int, Session]]:
+    """``(user pk, level, row)`` for each direct grant on the session (of user
+    ``user_pk`` only): the session as a row of ``GET /v1/sessions`` shows it, with its
+    runner, its agent and ``pending_elicitations_count``, as ``sessions_granted_to``
+    annotates them. Empty when nobody holds a grant (or the session is gone): nobody
+    has it in a list.
 
-    Read with every session-list announcement, twice a turn, so it is plain SQL: the
-    ORM's ``values_list`` query cost more to build than the whole row read.
+    Read after every status change to tell open lists (``updates``), twice a turn, so
+    it is one plain SQL query like ``session_for``: the annotated ORM query cost about
+    1 ms to build, and the grants were a second statement.
     """
-    params: list[str | int] = [session_id]
+    params: list[str | int] = [Approval.Status.PENDING, session_id]
     if user_pk is not None:
         params.append(user_pk)
-    with connection.cursor() as cursor:
-        cursor.execute(_grant_levels_sql(one_user=user_pk is not None), params)
-        return [(int(user), int(level)) for user, level in cursor.fetchall()]
+    found = rows(
+        Session,
+        _session_list_rows_sql(one_user=user_pk is not None),
+        params,
+        joined=_relations(agent=True),
+    )
+    return [
+        (int(getattr(row, "grantee_pk")), int(getattr(row, "grantee_level")), row)  # noqa: B009
+        for row in found
+    ]
 
 
 # Part of every snapshot ETag: bump it when the snapshot's JSON changes shape, so a
@@ -275,11 +268,22 @@ def session_responses(*, session: Session) -> QuerySet[Turn]:
     return Turn.objects.filter(session=session)
 
 
+@functools.cache
+def _response_items_sql() -> str:
+    return (
+        f"SELECT * FROM {quoted(Item)} WHERE {quoted(Item, 'response')} = %s "
+        f"ORDER BY {quoted(Item, 'seq')}"
+    )
+
+
 def response_output(*, response: Turn) -> list[dict]:
-    """What the turn produced: its items except the user input that started it."""
+    """What the turn produced: its items except the user input that started it.
+
+    Every turn's end renders it (``response.completed``), so plain SQL like
+    ``snapshot_items``."""
     # Filtered here, not in SQL: ``exclude(data__role="user")`` would also drop every
     # item without a ``role`` key (NULL never compares unequal).
-    items = response.items.order_by("seq")
+    items = rows(Item, _response_items_sql(), [response.pk])
     return [item.flat() for item in items if item.data.get("role") != "user"]
 
 

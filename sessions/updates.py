@@ -29,7 +29,7 @@ from django.db import transaction
 
 from .eventlog import Publication, publish_later, send_all, sse_frame
 from .models import Permission, Session
-from .selectors import session_grantee_levels, session_list_row
+from .selectors import session_list_rows
 from .shapes import session_removed_event, session_row_event
 
 RowKind = Literal["session.added", "session.updated"]
@@ -82,12 +82,9 @@ def row_publications(
     *, session_id: str, kind: RowKind, only: int | None = None
 ) -> list[Publication]:
     """The session's list row for each grantee (or for user ``only``), read now."""
-    session = session_list_row(session_id=session_id)
-    if session is None:
-        return []
     return [
-        (user_group(user_pk), _message(dict(session_row_event(kind, session, level=level))))
-        for user_pk, level in session_grantee_levels(session_id=session_id, user_pk=only)
+        (user_group(user_pk), _message(dict(session_row_event(kind, row, level=level))))
+        for user_pk, level, row in session_list_rows(session_id=session_id, user_pk=only)
     ]
 
 

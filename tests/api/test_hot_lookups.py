@@ -24,7 +24,7 @@ from omnigent_site.users import get_or_create_user
 from runners.models import Runner
 from runners.services import register_runner
 from sessions import selectors
-from sessions.models import Approval, Permission, Session, SessionEvent, Turn
+from sessions.models import Approval, Item, Permission, Session, SessionEvent, Turn
 from sessions.services import create_session_from_bundle, grant_permission
 
 from .conftest import ALICE, BOB, CAROL
@@ -125,20 +125,47 @@ def test_session_for_is_one_query_with_runner_and_agent(
     assert field_values(found) == field_values(Session.objects.get(pk=session.pk))
 
 
-def test_session_list_row_is_one_query_with_its_open_questions(
+def test_session_list_rows_are_one_query_with_grantees_and_open_questions(
     session: Session, runner: Runner, django_assert_num_queries: Callable[..., object]
 ) -> None:
+    """Each direct grantee's row (and level), the runner, the agent and the open-question
+    count come in one statement, the row's fields as the ORM reads them."""
+    alice, bob = get_or_create_user(ALICE), get_or_create_user(BOB)
+    get_or_create_user(CAROL)  # no grant: no row
+    grant_permission(session=session, actor=alice, user_id=BOB, level=Permission.Level.EDIT)
+    turn = Turn.objects.create(session=session)
+    for n, status in enumerate(["pending", "accepted", "pending"]):
+        Approval.objects.create(
+            id=f"elicit_{n}",
+            session=session,
+            turn=turn,
+            call_id=f"call_{n}",
+            tool="sys_os_write",
+            policy_name="ask",
+            message="may I?",
+            status=status,
+            expires_at=timezone.now(),
+        )
     for bound in (None, runner):
         Session.objects.filter(pk=session.pk).update(runner=bound)
         with django_assert_num_queries(1):
-            row = selectors.session_list_row(session_id=session.pk)
-        assert row is not None
-        with django_assert_num_queries(0):
-            assert row.runner == bound
-            assert row.agent.pk == session.agent_id
-            assert row.pending_elicitations_count == 0  # type: ignore[attr-defined]
-        assert field_values(row) == field_values(Session.objects.get(pk=session.pk))
-    assert selectors.session_list_row(session_id="conv_missing") is None
+            found = selectors.session_list_rows(session_id=session.pk)
+        assert sorted((user_pk, level) for user_pk, level, _row in found) == sorted(
+            Permission.objects.filter(session=session).values_list("user_id", "level")
+        )
+        assert sorted((user_pk, level) for user_pk, level, _row in found) == sorted(
+            [(alice.pk, 4), (bob.pk, 2)]
+        )
+        for _user_pk, _level, row in found:
+            with django_assert_num_queries(0):
+                assert row.runner == bound
+                assert row.agent.pk == session.agent_id
+                assert row.pending_elicitations_count == 2  # type: ignore[attr-defined]
+            assert field_values(row) == field_values(Session.objects.get(pk=session.pk))
+    [(user_pk, level, row)] = selectors.session_list_rows(session_id=session.pk, user_pk=bob.pk)
+    assert (user_pk, level, row.pk) == (bob.pk, 2, session.pk)
+    assert selectors.session_list_rows(session_id=session.pk, user_pk=999_999) == []
+    assert selectors.session_list_rows(session_id="conv_missing") == []
 
 
 def test_joined_rows_split_columns_by_relation_and_keep_extra_columns(
@@ -254,22 +281,6 @@ def test_rows_takes_columns_in_any_order_and_keeps_extra_columns(session: Sessio
         rows(Session, f"SELECT {title} FROM {quoted(Session)}", [])
 
 
-def test_session_grantee_levels_reads_every_grant_or_one_users(
-    session: Session, django_assert_num_queries: Callable[..., object]
-) -> None:
-    alice, bob = get_or_create_user(ALICE), get_or_create_user(BOB)
-    get_or_create_user(CAROL)  # no grant: not listed
-    grant_permission(session=session, actor=alice, user_id=BOB, level=Permission.Level.EDIT)
-    with django_assert_num_queries(1):  # type: ignore[operator]
-        levels = selectors.session_grantee_levels(session_id=session.pk)
-    assert sorted(levels) == sorted(
-        Permission.objects.filter(session=session).values_list("user_id", "level")
-    )
-    assert sorted(levels) == sorted([(alice.pk, 4), (bob.pk, 2)])
-    assert selectors.session_grantee_levels(session_id=session.pk, user_pk=bob.pk) == [(bob.pk, 2)]
-    assert selectors.session_grantee_levels(session_id="conv_missing") == []
-
-
 def test_snapshot_reads_match_the_orm_in_order(session: Session) -> None:
     """The snapshot's items and open questions, read in plain SQL, are the ORM's rows in
     the ORM's order (items by ``seq``; questions oldest first, then by id)."""
@@ -290,8 +301,22 @@ def test_snapshot_reads_match_the_orm_in_order(session: Session) -> None:
     assert [item.data["content"][0]["text"] for item in items] == ["one", "two", "three"]
     assert selectors.snapshot_items(session_id="conv_missing") == []
 
+    # A turn's output, read in plain SQL at its end: the ORM's items of the turn in
+    # order, the user input that started it left out.
     turn = Turn.objects.filter(session=session).first()
     assert turn is not None
+    Item.objects.create(
+        session=session, id="item_out_2", response=turn, type="message", data={"role": "x"}
+    )
+    Item.objects.create(
+        session=session, id="item_out_1", response=turn, type="reasoning", data={"n": 1}
+    )
+    expected = [
+        item.flat() for item in turn.items.order_by("seq") if item.data.get("role") != "user"
+    ]
+    assert selectors.response_output(response=turn) == expected
+    assert [entry["id"] for entry in expected] == ["item_out_2", "item_out_1"]
+
     asked_at = timezone.now()
     for n, status in enumerate(["pending", "accepted", "pending", "pending"]):
         Approval.objects.create(
