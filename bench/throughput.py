@@ -38,8 +38,8 @@ their time; PostgreSQL opens transactions without a ``BEGIN`` statement, so that
 counts only on SQLite), tunnel messages and bytes per turn (by frame type), and per
 turn on each stream (or of polling). ``--runs N`` repeats everything on fresh processes
 and prints min/median/max of every number; ``--profile DIR`` adds a run with ``py-spy``
-on the servers and the runners during the concurrent rounds and prints their top
-functions.
+on the servers and the runners during the idle pollers and during the concurrent rounds
+and prints their top functions.
 
 ``--scaling 1,2,3`` runs only the concurrent rounds, for each server count in turn on
 fresh processes and always on PostgreSQL + Redis (so 1 compares like for like with 2
@@ -1006,6 +1006,13 @@ async def measure(
             result["snapshot"] = await snapshot_cost(client, stack, args)
             result["single"] = await single_turns(client, stack, args)
             result["idle_pollers"] = await idle_pollers(clients, stack, args)
+        elif not args.rounds_only:
+            # The profiled run: what the idle pollers alone cost, apart from the rounds.
+            profilers = start_profilers(stack, profile_dir, "idle", args)
+            try:
+                result["idle_pollers"] = await idle_pollers(clients, stack, args)
+            finally:
+                stop_profilers(profilers)
         ran_single = "single" in result
         await warm_up(clients, stack, list(range(1 if ran_single else 0, len(stack.runners))), args)
         if "poll" in args.modes:
@@ -1349,7 +1356,7 @@ def main() -> int:
         result["profiled_run"] = profiled
         result["profile"] = {
             f"{mode}.{proc}": summarise_profile(args.profile / f"{mode}-{proc}.txt")
-            for mode in sorted(args.modes)
+            for mode in ["idle", *sorted(args.modes)]
             for proc in profiled_processes(args.servers)
         }
         for name, summary in result["profile"].items():

@@ -1,4 +1,4 @@
-"""Single-row reads in plain SQL, for the lookups every request makes.
+"""Plain SQL for the lookups every request makes and the writes every turn makes.
 
 Building an ORM query (joins, lookups, SQL compilation) costs several times more
 than running it: about 0.4 ms against 0.1 ms for a one-row lookup on a small
@@ -12,6 +12,9 @@ which conversions each needs (a third of a one-row read's time under load).
 ``rows()`` does that once per connection, model and column list and keeps the plan;
 the instances it builds are the ones ``raw()`` builds (``tests/api/test_hot_lookups.py``
 compares them for every model, so a Django that changes underneath fails there).
+
+The writes (``insert_rows``, ``update_row``) likewise keep their statements and send
+each value through the field's own conversions.
 """
 
 from __future__ import annotations
@@ -317,3 +320,36 @@ def insert_rows(model: type[M], instances: Sequence[M]) -> None:
     for instance in instances:
         instance._state.adding = False
         instance._state.db = db.alias
+
+
+@functools.lru_cache(maxsize=256)  # one entry per model and field list seen
+def _update_sql(model: type[Model], names: tuple[str, ...]) -> str:
+    pk = quoted(model, model._meta.pk.name)  # type: ignore[union-attr]
+    columns = ", ".join(f"{quoted(model, name)} = %s" for name in names)
+    return f"UPDATE {quoted(model)} SET {columns} WHERE {pk} = %s"
+
+
+def update_row(instance: Model, names: Sequence[str]) -> int:
+    """Write the current values of the fields ``names`` of ``instance`` to its row, as
+    ``Model.objects.filter(pk=instance.pk).update(...)`` with those values does; returns
+    how many rows were updated.
+
+    Each value goes through ``get_db_prep_save``, the conversion the ORM's update
+    compiler makes (``tests/api/test_hot_lookups.py`` compares the rows with the ORM's).
+    Like ``update()`` it sends no model signals and leaves ``auto_now`` to the caller.
+    What it skips is building the statement: about 0.2 ms against 0.06 ms for running
+    it, several times a turn.
+    """
+    model = type(instance)
+    db = connections[DEFAULT_DB_ALIAS]
+    params: list[Any] = []
+    for name in names:
+        field = model._meta.get_field(name)
+        value = getattr(instance, field.attname)  # type: ignore[union-attr]
+        if hasattr(value, "resolve_expression"):
+            raise ValueError(f"{model.__name__}.{name}: update_row writes values, not expressions")
+        params.append(field.get_db_prep_save(value, db))  # type: ignore[union-attr]
+    params.append(instance.pk)
+    with db.cursor() as cursor:
+        cursor.execute(_update_sql(model, tuple(names)), params)
+        return int(cursor.rowcount)

@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from omnigent_runner import protocol
 from omnigent_site.ids import new_item_id
-from omnigent_site.rawsql import first_row, joined_columns, quoted, row_by
+from omnigent_site.rawsql import first_row, joined_columns, quoted, row_by, update_row
 from omnigent_site.timeutil import unix
 from sessions import approvals, blobs, policies, updates
 from sessions import files as session_files
@@ -152,7 +152,7 @@ def _finish_turn(response: Turn, *, status: str, error: dict | None, model: str)
     response.status = status
     response.error = error
     response.completed_at = timezone.now()
-    response.save(update_fields=["status", "error", "completed_at"])
+    update_row(response, ["status", "error", "completed_at"])
     # A question about a call of a finished turn can no longer be acted on.
     approvals.cancel_pending(
         session_id=response.session_id, turn_ids=[response.id], reason="the turn ended"
@@ -397,7 +397,7 @@ def _apply(run: _Run, event: protocol.AnyEvent | protocol.UnparsedEvent) -> None
         output: list[dict[str, Any]] | None = None
         if response.status == Turn.Status.QUEUED:
             response.status = Turn.Status.IN_PROGRESS
-            response.save(update_fields=["status"])
+            update_row(response, ["status"])
             output = []  # nothing of a turn that only now starts (its input is not output)
         payload = response_payload(response, model=run.model, output=output)
         record_event(
@@ -557,7 +557,7 @@ def _apply_item(run: _Run, event: protocol.OutputItemDone) -> None:
             )
         else:
             item.status, item.data = status, data
-            item.save(update_fields=["status", "data"])
+            update_row(item, ["status", "data"])
         shown = item.flat()
     record_event(
         session_id=session.id,

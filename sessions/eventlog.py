@@ -21,7 +21,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 
-from omnigent_site.rawsql import increment_returning, insert_rows
+from omnigent_site.rawsql import increment_returning, insert_rows, update_row
 
 from .models import Session, SessionEvent
 
@@ -85,9 +85,7 @@ class _EventWriter:
             fields.add("last_event_seq")
         if fields:
             # One UPDATE for the row: the numbering and whatever else the block changed.
-            Session.objects.filter(pk=self.session_id).update(
-                **{name: getattr(self.session, name) for name in sorted(fields)}
-            )
+            update_row(self.session, sorted(fields))
         if not events:
             return
         first, newest = events[0].seq, events[-1].seq
@@ -112,7 +110,7 @@ def save_session_fields(session: Session, fields: Iterable[str]) -> None:
     if writer is not None and writer.session is session:
         writer.fields.update(names)
         return
-    Session.objects.filter(pk=session.pk).update(**{name: getattr(session, name) for name in names})
+    update_row(session, names)
 
 
 _writing = threading.local()

@@ -14,12 +14,20 @@ import pytest
 from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import Model
+from django.db.models import F, Model
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from omnigent_site.domain_errors import Forbidden, NotFound
-from omnigent_site.rawsql import first_row, insert_rows, joined_columns, quoted, row_by, rows
+from omnigent_site.rawsql import (
+    first_row,
+    insert_rows,
+    joined_columns,
+    quoted,
+    row_by,
+    rows,
+    update_row,
+)
 from omnigent_site.users import get_or_create_user
 from runners.models import Runner
 from runners.services import register_runner
@@ -389,3 +397,42 @@ def test_insert_rows_splits_what_one_statement_cannot_hold(session: Session) -> 
     assert len(inserts) == -(-len(many) // size)  # SQLite: 999 parameters a statement
     stored = SessionEvent.objects.filter(session=session, seq__gte=5000).order_by("seq")
     assert [event.payload["n"] for event in stored] == list(range(1200))
+
+
+def test_update_row_writes_what_the_orms_update_writes(
+    session: Session, runner: Runner, django_assert_num_queries: Callable[..., object]
+) -> None:
+    """The guard of ``rawsql.update_row``: JSON (nested, non-ASCII, null), text,
+    integers, an aware datetime and a foreign key stored as the ORM's ``update()`` stores
+    the same values, in one statement; nothing else of the row changes."""
+    turn = Turn.objects.create(session=session)
+    before = field_values(Session.objects.get(pk=session.pk))
+    values = {
+        "last_task_error": {"code": "x", "message": 'é "q" \\ \n', "n": [1, 2.5, None]},
+        "title": "naïve ✓",
+        "last_event_seq": 41,
+        "updated_at": timezone.now(),
+        "active_response_id": turn.pk,
+        "runner": runner,  # a foreign key: its column gets the related row's key
+    }
+    for name, value in values.items():
+        setattr(session, name, value)
+    with django_assert_num_queries(1):
+        assert update_row(session, list(values)) == 1
+    mine = field_values(Session.objects.get(pk=session.pk))
+    written = {"last_task_error", "title", "last_event_seq", "updated_at"}
+    written |= {"active_response_id", "runner_id"}
+    assert {k: v for k, v in mine.items() if k not in written} == {
+        k: v for k, v in before.items() if k not in written
+    }
+    Session.objects.filter(pk=session.pk).update(**values)  # the same values, by the ORM
+    assert mine == field_values(Session.objects.get(pk=session.pk))
+    assert mine["last_task_error"] == values["last_task_error"]
+    session.last_task_error = None  # JSON null is SQL NULL, as the ORM stores it
+    update_row(session, ["last_task_error"])
+    assert Session.objects.filter(pk=session.pk, last_task_error__isnull=True).exists()
+    gone = Turn(id="resp_missing", session=session)
+    assert update_row(gone, ["status"]) == 0
+    with pytest.raises(ValueError, match="not expressions"):
+        session.last_event_seq = F("last_event_seq") + 1  # type: ignore[assignment]
+        update_row(session, ["last_event_seq"])
