@@ -19,7 +19,14 @@ from django.utils import timezone
 
 from omnigent_runner import protocol
 from omnigent_site.ids import new_item_id
-from omnigent_site.rawsql import first_row, joined_columns, quoted, row_by, update_row
+from omnigent_site.rawsql import (
+    first_row,
+    insert_row,
+    joined_columns,
+    quoted,
+    row_by,
+    update_row,
+)
 from omnigent_site.timeutil import unix
 from sessions import approvals, blobs, policies, updates
 from sessions import files as session_files
@@ -193,8 +200,9 @@ def _store_message(
     session: Session, *, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
 ) -> tuple[Item, Turn]:
     """Inside ``accept_message``'s transaction, with the session row locked."""
-    response = Turn.objects.create(session=session, tools=tools)
-    item = Item.objects.create(
+    response = Turn(session=session, tools=tools)
+    insert_row(response)
+    item = Item(
         session=session,
         id=new_item_id(),
         response=response,
@@ -203,6 +211,7 @@ def _store_message(
         data=data,
         created_by=created_by,
     )
+    insert_row(item)
     record_event(
         session_id=session.id,
         payload={
@@ -547,7 +556,7 @@ def _apply_item(run: _Run, event: protocol.OutputItemDone) -> None:
         # stored event by event.
         item = first_row(Item, _session_item_sql(), [session.id, item_id])
         if item is None:
-            item = Item.objects.create(
+            item = Item(
                 session=session,
                 id=item_id,
                 type=item_type,
@@ -555,6 +564,7 @@ def _apply_item(run: _Run, event: protocol.OutputItemDone) -> None:
                 data=data,
                 response=response,
             )
+            insert_row(item)
         else:
             item.status, item.data = status, data
             update_row(item, ["status", "data"])
