@@ -13,8 +13,8 @@ which conversions each needs (a third of a one-row read's time under load).
 the instances it builds are the ones ``raw()`` builds (``tests/api/test_hot_lookups.py``
 compares them for every model, so a Django that changes underneath fails there).
 
-The writes (``insert_rows``, ``update_row``) likewise keep their statements and send
-each value through the field's own conversions.
+The writes (``insert_rows``, ``insert_row``, ``update_row``) likewise keep their
+statements and send each value through the field's own conversions.
 """
 
 from __future__ import annotations
@@ -308,13 +308,14 @@ def insert_rows(model: type[M], instances: Sequence[M]) -> None:
     """Store new ``instances`` of ``model`` with one multi-row INSERT each batch, as
     ``bulk_create`` does, for callers that do not need the primary keys back.
 
-    A key the database generates is not sent, and not set on the instances (``insert_row``
-    sets it); any other key is sent like the other fields. Each value goes through its field's ``pre_save`` (so
-    ``auto_now_add`` applies) and ``get_db_prep_save``, the conversions the ORM's
-    insert compiler makes; ``tests/api/test_hot_lookups.py`` compares the stored rows
-    with ``bulk_create``'s for every field kind used here. What it skips is the
-    compiler itself: ``bulk_create`` built the statement anew on every call, which cost
-    more than running it for the few events of a runner batch.
+    A key the database generates is not sent, and not set on the instances
+    (``insert_row`` sets it); any other key is sent like the other fields. Each value
+    goes through its field's ``pre_save`` (so ``auto_now_add`` applies) and
+    ``get_db_prep_save``, the conversions the ORM's insert compiler makes;
+    ``tests/api/test_hot_lookups.py`` compares the stored rows with ``bulk_create``'s
+    for every field kind used here. What it skips is the compiler itself:
+    ``bulk_create`` built the statement anew on every call, which cost more than
+    running it for the few events of a runner batch.
     """
     if not instances:
         return
