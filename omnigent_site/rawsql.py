@@ -48,17 +48,23 @@ def _row_by_sql(model: type[Model], field: str) -> str:
     return f"SELECT * FROM {quoted(model)} WHERE {quoted(model, field)} = %s"
 
 
-def row_by(model: type[M], field: str, value: Any, *, for_update: bool = False) -> M | None:
-    """The row whose unique ``field`` equals ``value``, or None.
+def locking(sql: str, *, of: str | None = None) -> str:
+    """``sql`` that locks the rows it reads until the transaction ends (``FOR UPDATE``,
+    only of table alias ``of`` where the database can say so), where the database has
+    row locks; SQLite's ``IMMEDIATE`` transactions already hold its write lock."""
+    features = connection.features
+    if not features.has_select_for_update:
+        return sql
+    if of is not None and features.has_select_for_update_of:
+        return f"{sql} FOR UPDATE OF {of}"
+    return f"{sql} FOR UPDATE"
 
-    ``for_update`` locks the row until the transaction ends (``SELECT … FOR UPDATE``
-    where the database has it; SQLite's ``IMMEDIATE`` transactions already hold its
-    write lock).
-    """
+
+def row_by(model: type[M], field: str, value: Any, *, for_update: bool = False) -> M | None:
+    """The row whose unique ``field`` equals ``value``, or None; ``for_update`` locks it
+    (``locking``)."""
     sql = _row_by_sql(model, field)
-    if for_update and connection.features.has_select_for_update:
-        sql += " FOR UPDATE"
-    return first_row(model, sql, [value])
+    return first_row(model, locking(sql) if for_update else sql, [value])
 
 
 Converter = Callable[[Any, Col, BaseDatabaseWrapper], Any]
@@ -271,6 +277,7 @@ def increment_returning(model: type[Model], *, pk: Any, field: str, by: int) -> 
     return None if row is None else int(row[0])
 
 
+@functools.cache
 def _generated_key(model: type[Model]) -> Field[Any, Any] | None:
     """The primary key when the database generates it (an ``AutoField``), else None."""
     pk = model._meta.pk

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, TypeAlias
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from omnigent_runner import protocol
@@ -23,6 +23,7 @@ from omnigent_site.rawsql import (
     first_row,
     insert_row,
     joined_columns,
+    locking,
     quoted,
     row_by,
     update_row,
@@ -350,11 +351,8 @@ def _session_with_agent_sql() -> str:
 def _locked_session_with_agent(session_id: str) -> Session | None:
     """The session row, locked until the transaction ends, with its agent (whose model
     the ``response`` payloads name): one plain query (rawsql.py) instead of two ORM ones."""
-    sql = _session_with_agent_sql()
-    features = connection.features
-    if features.has_select_for_update:
-        # Only the session row: the agent is read, not written.
-        sql += " FOR UPDATE OF s" if features.has_select_for_update_of else " FOR UPDATE"
+    # Only the session row: the agent is read, not written.
+    sql = locking(_session_with_agent_sql(), of="s")
     return first_row(Session, sql, [session_id], joined={"agent": Agent})
 
 
