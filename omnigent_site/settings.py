@@ -308,7 +308,15 @@ if not 1 <= OMNIGENT_MAX_JSON_DEPTH <= 256:
 # Idle request threads kept for later requests (omnigent_site/runtime/handler.py).
 OMNIGENT_REQUEST_THREADS_IDLE = max(0, env_int("OMNIGENT_REQUEST_THREADS_IDLE", 16))
 # How many requests run their sync code at once (runtime/running_gate.py); 0: no limit.
-OMNIGENT_REQUEST_THREADS_RUNNING = max(0, env_int("OMNIGENT_REQUEST_THREADS_RUNNING", 2))
+# SQLite's work is CPU in this process, so one at a time contends least; PostgreSQL's
+# waits on a socket, and a second running call uses the time (docs/performance.md, 25).
+OMNIGENT_REQUEST_THREADS_RUNNING = max(
+    0,
+    env_int(
+        "OMNIGENT_REQUEST_THREADS_RUNNING",
+        1 if DATABASES["default"]["ENGINE"] == "omnigent_site.runtime.sqlite3" else 2,
+    ),
+)
 # Session stream (http-api.md, Stream).
 OMNIGENT_STREAM_HEARTBEAT_S = env_float("OMNIGENT_STREAM_HEARTBEAT_S", 15.0)
 OMNIGENT_EVENT_RETENTION = env_int("OMNIGENT_EVENT_RETENTION", 1000)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 
-from adrf.views import APIView as AsyncAPIView
 from asgiref.sync import sync_to_async
 from django.contrib.auth.models import User as AuthUser
 from django.http import HttpResponseBase
@@ -21,7 +20,7 @@ from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 
 from omnigent_runner.protocol import PolicyRule, PolicyUpdate
-from omnigent_site.async_views import RenderJSONOnLoopMixin
+from omnigent_site.async_views import AsyncAPIView, RenderJSONOnLoopMixin
 from omnigent_site.authentication import request_user
 from omnigent_site.domain_errors import AgentUnavailable, Conflict
 from omnigent_site.schema import error_responses

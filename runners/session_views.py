@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from adrf.views import APIView as AsyncAPIView
 from django.http import HttpResponse, HttpResponseBase, HttpResponseNotModified
 from django.utils.http import parse_etags
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -22,7 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from omnigent_site.async_views import RenderJSONOnLoopMixin
+from omnigent_site.async_views import AsyncAPIView, RenderJSONOnLoopMixin
 from omnigent_site.authentication import request_user
 from omnigent_site.schema import error_responses
 from sessions import selectors, snapshot_cache

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from adrf.views import APIView as AsyncAPIView
 from django.conf import settings
 from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
 from django.utils.http import content_disposition_header
@@ -31,7 +30,7 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
-from omnigent_site.async_views import RenderJSONOnLoopMixin
+from omnigent_site.async_views import AsyncAPIView, RenderJSONOnLoopMixin
 from omnigent_site.domain_errors import Forbidden, PayloadTooLarge, RunnerUnavailable
 from omnigent_site.schema import error_responses
 from sessions.permissions import EDIT, READ, SessionAccess, SessionScopedMixin

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from adrf.views import APIView as AsyncAPIView
 from django.http import StreamingHttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 
+from omnigent_site.async_views import AsyncAPIView
 from omnigent_site.authentication import request_user
 from omnigent_site.schema import error_responses
 

@@ -68,7 +68,7 @@ from django.core.handlers.wsgi import WSGIHandler
 from django.db import close_old_connections, reset_queries
 from django.http import HttpResponseBase
 
-from .running_gate import RunningGate
+from .running_gate import Place, RunningGate
 
 T = TypeVar("T")
 
@@ -148,7 +148,7 @@ class RequestThread(Executor):
         self._pool.gate.enter(functools.partial(self._start, call))
         return call.future
 
-    def _start(self, call: _Call, place: bool) -> None:
+    def _start(self, call: _Call, place: Place | None) -> None:
         """Run the call on the request's thread, leased now if it has none."""
         thread = None
         try:
@@ -166,7 +166,7 @@ class RequestThread(Executor):
         self._pool.gate.leave(place)
         self._call_done()
 
-    def _run(self, call: _Call, place: bool) -> None:
+    def _run(self, call: _Call, place: Place | None) -> None:
         """On the request's thread: the call, then its stale connections closed or handed
         back, then its place and (if the request no longer keeps it) its thread given
         back, and only then its result, so nothing of the call runs once it is seen over."""

@@ -147,3 +147,13 @@ def test_postgresql_binds_parameters_on_the_server_unless_turned_off(tmp_path: P
     assert on["OPTIONS"]["server_side_binding"] is True
     off = database(tmp_path, DATABASE_URL=url, DATABASE_SERVER_SIDE_BINDING="0")
     assert off["OPTIONS"]["server_side_binding"] is False
+
+
+def test_one_request_call_runs_at_once_on_sqlite_and_two_on_postgresql(tmp_path: Path) -> None:
+    """SQLite's work is CPU in the process; PostgreSQL's waits on a socket
+    (docs/performance.md, item 25). The variable overrides either."""
+    names = ["OMNIGENT_REQUEST_THREADS_RUNNING"]
+    url = "postgres://postgres@127.0.0.1:5432/test"  # parsed only: nothing connects
+    assert effective(tmp_path, names=names) == {names[0]: 1}
+    assert effective(tmp_path, names=names, DATABASE_URL=url) == {names[0]: 2}
+    assert effective(tmp_path, names=names, OMNIGENT_REQUEST_THREADS_RUNNING="3") == {names[0]: 3}

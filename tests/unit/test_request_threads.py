@@ -219,6 +219,7 @@ def test_at_most_the_running_limit_of_requests_run_sync_code_at_once(
 ) -> None:
     recording_tidy(monkeypatch)
     pool = RequestThreadPool(max_idle=8, max_running=2)
+    pool.gate.slow_s = 60.0  # held until released: no place is lent meanwhile
     occupancy = Occupancy()
     futures = requests_running(pool, 6, occupancy)
     # Two run, each on its request's thread; four wait for a place, holding no thread.
@@ -255,6 +256,7 @@ def test_a_call_that_waited_too_long_runs_anyway_and_is_counted(
     recording_tidy(monkeypatch)
     pool = RequestThreadPool(max_idle=4, max_running=1)
     pool.gate.wait_s = 0.05
+    pool.gate.slow_s = 60.0  # the place is never lent: the waiting calls overflow
     stuck = Occupancy()
     blocking = RequestThread(pool).submit(stuck.call)
     with caplog.at_level(logging.WARNING, logger="omnigent_site.runtime.running_gate"):
@@ -276,6 +278,7 @@ def one_place_taken(
     """A pool with one running place, held by a call that runs until released."""
     recording_tidy(monkeypatch)
     pool = RequestThreadPool(max_idle=4, max_running=1)
+    pool.gate.slow_s = 60.0
     occupancy = Occupancy()
     blocking = RequestThread(pool).submit(occupancy.call)
     occupancy.wait_for(1)
@@ -318,6 +321,37 @@ def test_a_call_cancelled_while_it_waits_never_runs_and_takes_no_thread(
     assert ran == [] and not request.leased
     assert pool.gate.waiting == 0 and pool.gate.overflows == 0
     assert pool.created == 2  # the blocking request's thread, and the last one's
+
+
+def test_a_call_that_holds_its_place_too_long_lends_it_to_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One slow call (an upload, a query behind a lock) delays the queue by ``slow_s``
+    at most; it runs on without a place, and the limit still holds afterwards."""
+    recording_tidy(monkeypatch)
+    pool = RequestThreadPool(max_idle=4, max_running=1)
+    pool.gate.wait_s = 60.0
+    pool.gate.slow_s = 0.05
+    slow = Occupancy()
+    slow_call = RequestThread(pool).submit(slow.call)
+    slow.wait_for(1)
+    # The next calls run while the slow one still does: its place was lent, not added.
+    assert RequestThread(pool).submit(lambda: "lent").result(timeout=10) == "lent"
+    assert RequestThread(pool).submit(lambda: "next").result(timeout=10) == "next"
+    assert slow.now == 1 and pool.gate.lent == 1 and pool.gate.overflows == 0
+    # The slow call's end hands nothing on (its place is gone), and one place remains.
+    slow.release.set()
+    slow_call.result(timeout=10)
+    pool.gate.slow_s = 60.0
+    held = Occupancy()
+    futures = requests_running(pool, 2, held)
+    held.wait_for(1)
+    time.sleep(0.1)  # a negative: a second place would have let the other call in
+    assert held.now == 1 and pool.gate.waiting == 1
+    held.release.set()
+    for future in futures:
+        future.result(timeout=10)
+    assert held.most == 1 and pool.gate.lent == 1 and pool.gate.overflows == 0
 
 
 def test_a_failing_call_gives_its_place_and_thread_back(
