@@ -138,15 +138,14 @@ TEMPLATES = [
 
 _default_db = f"sqlite:///{BASE_DIR / 'var' / 'db.sqlite3'}"
 _database_url = os.environ.get("DATABASE_URL", "") or _default_db
+_on_sqlite = _database_url.startswith("sqlite")  # dj-database-url's sqlite:// schemes
 DATABASES = {
     "default": dj_database_url.parse(
         _database_url,
         # Request threads are pooled (omnigent_site/runtime/handler.py), so a kept connection is
         # used again by later requests. SQLite keeps its connections by default; a
         # PostgreSQL connection goes back to the pool below after each database call.
-        conn_max_age=env_int(
-            "DATABASE_CONN_MAX_AGE", 300 if _database_url.startswith("sqlite") else 0
-        ),
+        conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 300 if _on_sqlite else 0),
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -314,7 +313,7 @@ OMNIGENT_REQUEST_THREADS_RUNNING = max(
     0,
     env_int(
         "OMNIGENT_REQUEST_THREADS_RUNNING",
-        1 if DATABASES["default"]["ENGINE"] == "omnigent_site.runtime.sqlite3" else 2,
+        1 if _on_sqlite else 2,
     ),
 )
 # Session stream (http-api.md, Stream).
