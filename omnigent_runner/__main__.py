@@ -34,6 +34,7 @@ def build_executor(config: RunnerConfig) -> SessionExecutor:
         workspace=config.workspace,
         isolate_sessions=config.isolate_session,
         delta_interval_s=config.delta_interval_ms / 1000,
+        llm_http_client=config.llm_http_client,
     )
 
 

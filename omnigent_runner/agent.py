@@ -26,6 +26,7 @@ from typing import Any
 from omnigent_runner import gate, protocol, workspace_rpc
 from omnigent_runner.bundles import AgentSpec, BundleError, max_yaml_bytes_from, parse_bundle
 from omnigent_runner.coalesce import DEFAULT_DELTA_INTERVAL_MS
+from omnigent_runner.config import DEFAULT_LLM_HTTP_CLIENT
 from omnigent_runner.executor import CommandRejected, EventSink
 from omnigent_runner.llm import ClientPool
 from omnigent_runner.protocol import AgentRef, JsonObject, PolicyRule, Verdict
@@ -54,6 +55,8 @@ class AgentExecutor:
     waits for the server's verdict before it is treated as cancelled.
     ``delta_interval_s`` is how often at most a streamed item's text is sent as one
     coalesced delta event (0: every delta as it comes).
+    ``llm_http_client`` is the SDK's HTTP transport, ``aiohttp`` or ``httpx``
+    (``llm.ClientPool``).
     """
 
     def __init__(
@@ -65,11 +68,12 @@ class AgentExecutor:
         llm_max_retries: int = 2,
         ask_grace_s: float = gate.DEFAULT_ASK_GRACE_S,
         delta_interval_s: float = DEFAULT_DELTA_INTERVAL_MS / 1000,
+        llm_http_client: str = DEFAULT_LLM_HTTP_CLIENT,
     ) -> None:
         self._workspace = Path(workspace)
         self._isolate = isolate_sessions
         self._env: Mapping[str, str] = os.environ if env is None else env
-        self._pool = ClientPool(max_retries=llm_max_retries)
+        self._pool = ClientPool(max_retries=llm_max_retries, http_client=llm_http_client)
         self._sink: EventSink | None = None
         self._sessions: dict[str, SessionState] = {}
         self._specs: dict[tuple[str, int], AgentSpec] = {}

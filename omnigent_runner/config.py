@@ -9,6 +9,7 @@ to fix. The binding token is a secret: it never appears in an error message or a
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -32,6 +33,12 @@ ENV_PARENT_PID = "OMNIGENT_RUNNER_PARENT_PID"
 ENV_ISOLATE = "OMNIGENT_RUNNER_ISOLATE_SESSION"
 ENV_LOG_LEVEL = "OMNIGENT_RUNNER_LOG_LEVEL"
 ENV_DELTA_INTERVAL = "OMNIGENT_RUNNER_DELTA_INTERVAL_MS"
+ENV_LLM_HTTP_CLIENT = "OMNIGENT_RUNNER_LLM_HTTP_CLIENT"
+
+# The openai SDK's HTTP transport (``llm.ClientPool``): aiohttp (the SDK's
+# ``DefaultAioHttpClient``, less CPU per streamed token) or httpx (the SDK's default).
+LLM_HTTP_CLIENTS = ("aiohttp", "httpx")
+DEFAULT_LLM_HTTP_CLIENT = "aiohttp"
 
 
 class ConfigError(Exception):
@@ -51,6 +58,8 @@ class RunnerConfig:
     log_level: str = "INFO"
     # Streamed text of an item goes out as at most one delta event per this many ms.
     delta_interval_ms: int = DEFAULT_DELTA_INTERVAL_MS
+    # The openai SDK's HTTP transport: one of LLM_HTTP_CLIENTS.
+    llm_http_client: str = DEFAULT_LLM_HTTP_CLIENT
 
     @property
     def tunnel_url(self) -> str:
@@ -102,6 +111,15 @@ def _build_parser() -> argparse.ArgumentParser:
             "send an item's streamed text at most once per this many milliseconds, "
             f"0 to send every token (env {ENV_DELTA_INTERVAL}, "
             f"default {DEFAULT_DELTA_INTERVAL_MS})"
+        ),
+    )
+    parser.add_argument(
+        "--llm-http-client",
+        type=str.lower,
+        choices=LLM_HTTP_CLIENTS,
+        help=(
+            "the openai SDK's HTTP transport for model calls "
+            f"(env {ENV_LLM_HTTP_CLIENT}, default {DEFAULT_LLM_HTTP_CLIENT})"
         ),
     )
     return parser
@@ -160,6 +178,22 @@ def _parse_delta_interval(raw: str | None) -> int:
     return int(raw)
 
 
+def _parse_llm_http_client(raw: str | None) -> str:
+    client = (raw or DEFAULT_LLM_HTTP_CLIENT).lower()
+    if client not in LLM_HTTP_CLIENTS:
+        raise ConfigError(
+            f"{ENV_LLM_HTTP_CLIENT} must be one of {', '.join(LLM_HTTP_CLIENTS)}, got {raw!r}"
+        )
+    if client == "aiohttp" and importlib.util.find_spec("aiohttp") is None:
+        # A runner installed without the openai SDK's aiohttp extra: say so now, not
+        # as a failed turn.
+        raise ConfigError(
+            "the aiohttp HTTP client is not installed: install the runner's requirements "
+            f"(openai[aiohttp]) or set {ENV_LLM_HTTP_CLIENT}=httpx"
+        )
+    return client
+
+
 def load_config(argv: list[str] | None, env: Mapping[str, str]) -> RunnerConfig:
     """Build the configuration from ``argv`` (flags win) and ``env``.
 
@@ -205,5 +239,8 @@ def load_config(argv: list[str] | None, env: Mapping[str, str]) -> RunnerConfig:
         log_level=log_level,
         delta_interval_ms=_parse_delta_interval(
             _pick(args.delta_interval_ms, env, ENV_DELTA_INTERVAL)
+        ),
+        llm_http_client=_parse_llm_http_client(
+            _pick(args.llm_http_client, env, ENV_LLM_HTTP_CLIENT)
         ),
     )

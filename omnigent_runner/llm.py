@@ -11,6 +11,11 @@ per turn (issue 14) for data that is plain JSON at both ends: the conversation a
 the tools go out as ``extra_body`` (see :func:`_call_responses`), and the streamed
 events come back as plain dicts (see :func:`_open_event_stream`). Requests, retries,
 timeouts, auth, Server-Sent Events decoding and HTTP error mapping stay the SDK's.
+
+The SDK's connections go through aiohttp by default (the SDK's own
+``DefaultAioHttpClient``, its ``aiohttp`` extra): its C parser and plain asyncio
+streams cost about a quarter less of the runner's CPU per turn than the SDK's default
+httpx transport (``docs/performance.md``, item 26). ``httpx`` keeps the SDK's default.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 
 import openai
 
+from omnigent_runner.config import DEFAULT_LLM_HTTP_CLIENT, LLM_HTTP_CLIENTS
 from omnigent_runner.transcript import to_chat_messages, to_responses_input, to_responses_tools
 
 DeltaCallback = Callable[[str], None]
@@ -64,18 +70,30 @@ class ModelRequest:
 
 
 class ClientPool:
-    """One SDK client per (api_key, base_url), so connections are reused across turns."""
+    """One SDK client per (api_key, base_url), so connections are reused across turns.
 
-    def __init__(self, *, max_retries: int) -> None:
+    ``http_client`` is the SDK's transport (``config.LLM_HTTP_CLIENTS``). Both keep the SDK's
+    defaults for timeouts, connection limits, redirects, proxies from the environment
+    and certificate checks; the SDK closes the transport with its client.
+    """
+
+    def __init__(self, *, max_retries: int, http_client: str = DEFAULT_LLM_HTTP_CLIENT) -> None:
+        if http_client not in LLM_HTTP_CLIENTS:
+            raise ValueError(f"http_client must be one of {', '.join(LLM_HTTP_CLIENTS)}")
         self._max_retries = max_retries
+        self._http_client = http_client
         self._clients: dict[tuple[str, str | None], openai.AsyncOpenAI] = {}
 
     def get(self, *, api_key: str, base_url: str | None) -> openai.AsyncOpenAI:
         key = (api_key, base_url)
         client = self._clients.get(key)
         if client is None:
+            transport = openai.DefaultAioHttpClient() if self._http_client == "aiohttp" else None
             client = openai.AsyncOpenAI(
-                api_key=api_key, base_url=base_url, max_retries=self._max_retries
+                api_key=api_key,
+                base_url=base_url,
+                max_retries=self._max_retries,
+                http_client=transport,
             )
             self._clients[key] = client
         return client
@@ -102,10 +120,22 @@ async def call_model(
         raise LLMError("llm_error", f"LLM returned HTTP {exc.status_code}: {_detail(exc)}") from exc
     except openai.APIConnectionError as exc:
         raise LLMError(
-            "connection_error", f"cannot reach the LLM at {client.base_url}: {exc.message}"
+            "connection_error",
+            f"cannot reach the LLM at {client.base_url}: {_connection_detail(exc)}",
         ) from exc
     except openai.APIError as exc:
         raise LLMError("llm_error", f"LLM error: {_detail(exc)}") from exc
+
+
+def _connection_detail(exc: openai.APIConnectionError) -> str:
+    """What the HTTP transport said, else the SDK's own words.
+
+    The SDK's message is generic ("Connection error.", "Request timed out.") and, with
+    the aiohttp transport, calls a refused connection a timeout; the transport's
+    exception, which the SDK raises from, names the host and the reason.
+    """
+    said = str(exc.__cause__ or "").strip()
+    return said or exc.message
 
 
 def _detail(exc: openai.APIError) -> str:

@@ -328,8 +328,15 @@ OMNIGENT_SNAPSHOT_CACHE_ENTRIES = max(0, env_int("OMNIGENT_SNAPSHOT_CACHE_ENTRIE
 # (0 for none); all off in local single-user mode.
 OMNIGENT_THROTTLE_USER_RATE = os.environ.get("OMNIGENT_THROTTLE_USER_RATE", "1200/min").strip()
 OMNIGENT_THROTTLE_RUNNER_RATE = os.environ.get("OMNIGENT_THROTTLE_RUNNER_RATE", "600/min").strip()
+# Snapshot polls have their own per-user rate: a compatible client polls every 20 ms
+# (3,000 a minute), which the user rate alone would refuse after 24 s.
+OMNIGENT_THROTTLE_POLL_RATE = os.environ.get("OMNIGENT_THROTTLE_POLL_RATE", "6000/min").strip()
 OMNIGENT_MAX_STREAMS_PER_USER = max(0, env_int("OMNIGENT_MAX_STREAMS_PER_USER", 50))
-for _name in ("OMNIGENT_THROTTLE_USER_RATE", "OMNIGENT_THROTTLE_RUNNER_RATE"):
+for _name in (
+    "OMNIGENT_THROTTLE_USER_RATE",
+    "OMNIGENT_THROTTLE_RUNNER_RATE",
+    "OMNIGENT_THROTTLE_POLL_RATE",
+):
     if not re.fullmatch(r"|0|[0-9]+/(s|m|h|d)[a-z]*", globals()[_name]):
         raise ImproperlyConfigured(f"{_name} must look like 1200/min (or be 0 for no limit)")
 # The throttles' counts: shared through Redis when the deployment has it.
@@ -371,6 +378,7 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "omnigent_site.errors.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": [
         "omnigent_site.throttling.UserRateThrottle",
+        "omnigent_site.throttling.PollRateThrottle",
         "omnigent_site.throttling.RunnerRateThrottle",
     ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -44,6 +44,8 @@ from .shapes import EventAcceptedOut
 class SessionDetailView(SessionScopedMixin, APIView):
     permission_classes = [IsAuthenticated, SessionAccess]
     session_levels = {"GET": READ, "PATCH": EDIT, "DELETE": OWNER}
+    # Clients follow a turn by polling the snapshot: its own per-user rate (throttling.py).
+    poll_methods = ("GET",)
 
     def required_session_level(self, request: Request) -> int:
         if request.method == "PATCH" and isinstance(request.data, dict):

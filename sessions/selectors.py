@@ -102,10 +102,12 @@ def session_for(
 
 
 @functools.cache
-def _session_list_rows_sql(*, one_user: bool) -> str:
+def _session_list_rows_sql(*, one_user: bool, of_runner: bool = False) -> str:
     """One session row per direct grant (of one user's only): the grantee and level, how
-    many of the session's questions are open, its runner and agent."""
+    many of the session's questions are open, its runner and agent. The session is the
+    one whose id is given, or (``of_runner``) every session bound to the runner given."""
     session_id, approval_session = quoted(Session, "id"), quoted(Approval, "session")
+    where = f"s.{quoted(Session, 'runner')} = %s" if of_runner else f"s.{session_id} = %s"
     columns, joins = _relations_sql(agent=True)
     sql = (
         f"SELECT s.*, (SELECT COUNT(*) FROM {quoted(Approval)} a2 "
@@ -114,7 +116,7 @@ def _session_list_rows_sql(*, one_user: bool) -> str:
         f"g.{quoted(Permission, 'user')} AS grantee_pk, g.{quoted(Permission, 'level')} "
         f"AS grantee_level{columns} FROM {quoted(Session)} s "
         f"JOIN {quoted(Permission)} g ON g.{quoted(Permission, 'session')} = s.{session_id}"
-        f"{joins} WHERE s.{session_id} = %s"
+        f"{joins} WHERE {where}"
     )
     return sql + f" AND g.{quoted(Permission, 'user')} = %s" if one_user else sql
 
@@ -141,6 +143,24 @@ def session_list_rows(
         params,
         joined=_relations(agent=True),
     )
+    return _with_grantees(found)
+
+
+def runner_session_list_rows(*, runner_id: str) -> list[tuple[int, int, Session]]:
+    """``session_list_rows`` of every session bound to the runner, in one statement: a
+    runner that goes on- or offline changes the row of each of its sessions, and one
+    read per session would hold its tunnel (and the one thread that serves every
+    tunnel's database calls) for as many reads as the runner has sessions."""
+    found = rows(
+        Session,
+        _session_list_rows_sql(one_user=False, of_runner=True),
+        [Approval.Status.PENDING, runner_id],
+        joined=_relations(agent=True),
+    )
+    return _with_grantees(found)
+
+
+def _with_grantees(found: list[Session]) -> list[tuple[int, int, Session]]:
     return [
         (int(getattr(row, "grantee_pk")), int(getattr(row, "grantee_level")), row)  # noqa: B009
         for row in found

@@ -28,8 +28,8 @@ from typing import Any, Literal
 from django.db import transaction
 
 from .eventlog import Publication, publish_later, send_all, sse_frame
-from .models import Permission, Session
-from .selectors import session_list_rows
+from .models import Permission
+from .selectors import runner_session_list_rows, session_list_rows
 from .shapes import session_removed_event, session_row_event
 
 RowKind = Literal["session.added", "session.updated"]
@@ -68,14 +68,15 @@ def grantees(*, session_id: str) -> list[int]:
     return list(Permission.objects.filter(session_id=session_id).values_list("user_id", flat=True))
 
 
-def sessions_of_runner(*, runner_id: str) -> list[str]:
-    return list(Session.objects.filter(runner_id=runner_id).values_list("id", flat=True))
-
-
 def announce_runner_sessions(*, runner_id: str) -> None:
-    """A runner went on- or offline: the rows of its sessions show it."""
-    for session_id in sessions_of_runner(runner_id=runner_id):
-        announce_session(session_id=session_id)
+    """A runner went on- or offline: the rows of its sessions show it. After the
+    commit, all of them are read in one statement, however many the runner holds."""
+    transaction.on_commit(
+        lambda: publish_later(
+            ("runner-rows", runner_id),
+            lambda: runner_row_publications(runner_id=runner_id),
+        )
+    )
 
 
 def row_publications(
@@ -85,6 +86,14 @@ def row_publications(
     return [
         (user_group(user_pk), _message(dict(session_row_event(kind, row, level=level))))
         for user_pk, level, row in session_list_rows(session_id=session_id, user_pk=only)
+    ]
+
+
+def runner_row_publications(*, runner_id: str) -> list[Publication]:
+    """The list row of each session bound to the runner, for each of its grantees."""
+    return [
+        (user_group(user_pk), _message(dict(session_row_event(UPDATED, row, level=level))))
+        for user_pk, level, row in runner_session_list_rows(runner_id=runner_id)
     ]
 
 

@@ -71,6 +71,7 @@ def base_env(**extra: str) -> dict[str, str]:
     # than a client should: the client limits are tested in-process instead.
     env["OMNIGENT_THROTTLE_USER_RATE"] = "0"
     env["OMNIGENT_THROTTLE_RUNNER_RATE"] = "0"
+    env["OMNIGENT_THROTTLE_POLL_RATE"] = "0"
     env["OMNIGENT_MAX_STREAMS_PER_USER"] = "0"
     env.update(extra)
     return env

@@ -77,6 +77,7 @@ def _no_client_limits(settings: object) -> None:
     ``tests/consumers/test_stream_limit_asgi.py`` turn them on with small values."""
     settings.OMNIGENT_THROTTLE_USER_RATE = ""  # type: ignore[attr-defined]
     settings.OMNIGENT_THROTTLE_RUNNER_RATE = ""  # type: ignore[attr-defined]
+    settings.OMNIGENT_THROTTLE_POLL_RATE = ""  # type: ignore[attr-defined]
     settings.OMNIGENT_MAX_STREAMS_PER_USER = 0  # type: ignore[attr-defined]
 
 

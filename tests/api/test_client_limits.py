@@ -45,6 +45,76 @@ def test_a_user_past_the_rate_gets_429_with_retry_after(
     assert client_for(BOB).get("/v1/me").status_code == 200
 
 
+def test_snapshot_polls_count_against_the_poll_rate_not_the_users(
+    settings: Any,
+    client_for: Callable[[str | None], APIClient],
+    create_session: Callable[..., str],
+    grant: Callable[..., None],
+) -> None:
+    session_id = create_session(ALICE)
+    grant(session_id, BOB, 1)
+    caches["throttle"].clear()
+    settings.OMNIGENT_THROTTLE_USER_RATE = "3/min"
+    settings.OMNIGENT_THROTTLE_POLL_RATE = "5/min"
+    snapshot = f"/v1/sessions/{session_id}"
+    alice = client_for(ALICE)
+    assert [alice.get(snapshot).status_code for _ in range(5)] == [200] * 5
+    refused = alice.get(snapshot)
+    assert_error(refused, 429, "rate_limited")
+    assert 1 <= int(refused["Retry-After"]) <= 60
+    # The polls left the user's own budget whole; changing the session spends it.
+    assert alice.get("/v1/me").status_code == 200
+    assert alice.patch(snapshot, {"title": "renamed"}, format="json").status_code == 200
+    assert alice.get("/v1/sessions").status_code == 200
+    assert_error(alice.patch(snapshot, {"title": "again"}, format="json"), 429, "rate_limited")
+    # Another user polls on a budget of their own.
+    assert client_for(BOB).get(snapshot).status_code == 200
+
+
+def test_a_burst_of_the_rate_then_one_request_per_interval(
+    settings: Any, client_for: Callable[[str | None], APIClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """3/min: three at once, then one every 20 s; a refused request does not count, and
+    ``Retry-After`` says when the next one is admitted."""
+    from omnigent_site.throttling import UserRateThrottle
+
+    clock = [1_000_000.0]
+    monkeypatch.setattr(UserRateThrottle, "timer", lambda self: clock[0])
+    settings.OMNIGENT_THROTTLE_USER_RATE = "3/min"
+    alice = client_for(ALICE)
+    assert [alice.get("/v1/me").status_code for _ in range(3)] == [200, 200, 200]
+    refused = alice.get("/v1/me")
+    assert_error(refused, 429, "rate_limited")
+    assert refused["Retry-After"] == "20"
+    clock[0] += 15
+    assert alice.get("/v1/me")["Retry-After"] == "5"  # refusals did not push it later
+    clock[0] += 5
+    assert alice.get("/v1/me").status_code == 200
+    assert_error(alice.get("/v1/me"), 429, "rate_limited")
+    clock[0] += 60  # a quiet minute makes the allowance whole again
+    assert [alice.get("/v1/me").status_code for _ in range(4)] == [200, 200, 200, 429]
+
+
+def test_a_client_s_count_is_one_number_however_many_requests(
+    settings: Any, client_for: Callable[[str | None], APIClient]
+) -> None:
+    """Not DRF's list of request times, read and written whole on every request."""
+    from omnigent_site.throttling import UserRateThrottle
+
+    settings.OMNIGENT_THROTTLE_USER_RATE = "6000/min"
+    alice = client_for(ALICE)
+    assert {alice.get("/v1/me").status_code for _ in range(200)} == {200}
+    key = UserRateThrottle.cache_format % {
+        "scope": "user",
+        "ident": get_or_create_user(ALICE).pk,
+    }
+    assert isinstance(caches["throttle"].get(key), float)
+    # A list of times under the key (DRF's own throttle, an older server's) starts afresh.
+    caches["throttle"].set(key, [1.0, 2.0], 60)
+    assert alice.get("/v1/me").status_code == 200
+    assert isinstance(caches["throttle"].get(key), float)
+
+
 def test_requests_without_identity_are_401_not_counted(
     settings: Any, client_for: Callable[[str | None], APIClient]
 ) -> None:

@@ -612,10 +612,11 @@ def exercise_deletes_and_identity(
 
 
 def exercise_rate_limits(alice: Caller, conformance: Conformance, session_id: str) -> None:
-    """Past the per-user rate, every authenticated operation answers 429.
+    """Past the per-user rates, every authenticated operation answers 429.
 
     DRF checks the throttle after the permission (a session the caller may see) and
-    before the view looks at other ids or bodies, so placeholders do for those.
+    before the view looks at other ids or bodies, so placeholders do for those. The
+    snapshot ``GET`` counts against the poll rate, everything else against the user rate.
     """
     from django.conf import settings
     from django.core.cache import caches
@@ -627,9 +628,12 @@ def exercise_rate_limits(alice: Caller, conformance: Conformance, session_id: st
     )
     assert pending, "the user rate documents a 429 on the authenticated operations"
     caches["throttle"].clear()
-    with override_settings(OMNIGENT_THROTTLE_USER_RATE="1/hour"):
+    with override_settings(
+        OMNIGENT_THROTTLE_USER_RATE="1/hour", OMNIGENT_THROTTLE_POLL_RATE="1/hour"
+    ):
         assert settings.OMNIGENT_THROTTLE_USER_RATE == "1/hour"
         alice("get", "/v1/sessions")  # uses up the hour's one request
+        alice("get", SESSION, session_id=session_id)  # and the hour's one poll
         for path, method in pending:
             params = {name: "placeholder" for name in _path_parameters(path)}
             if "session_id" in params:

@@ -12,10 +12,13 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from omnigent_site.asgi import application
 from omnigent_site.runtime.shutdown import stopping
 from omnigent_site.users import get_or_create_user
+from runners import services as runner_services
 from sessions import services
 from sessions.fork import fork_session
 from sessions.models import Session
@@ -132,6 +135,51 @@ async def test_a_list_hears_create_update_grant_revoke_and_delete(make_bundle: A
     assert (await alice.next_of("session.removed"))[1]["session_id"] == session_id
     # Bob no longer holds a grant: he heard nothing of the delete (only heartbeats, if any).
     assert b"session.removed" not in bob.buffer
+    await alice.disconnect()
+    await bob.disconnect()
+
+
+async def test_a_runner_going_offline_updates_each_of_its_rows_read_at_once(
+    make_bundle: Any,
+) -> None:
+    sessions_table = Session._meta.db_table
+
+    def setup() -> tuple[str, int, list[str]]:
+        alice = get_or_create_user(ALICE)
+        get_or_create_user(BOB)
+        runner, _token = runner_services.register_runner(owner=alice, name="laptop")
+        generation = runner_services.mark_connected(
+            runner_id=runner.id, channel_name="test.runner", runner_version="t", workspace={}
+        ).generation
+        ids = [_create(make_bundle, title=f"s{i}") for i in range(3)]
+        services.grant_permission(
+            session=Session.objects.get(pk=ids[0]), actor=alice, user_id=BOB, level=1
+        )
+        Session.objects.filter(pk__in=ids).update(runner=runner)
+        return runner.id, generation, ids
+
+    runner_id, generation, ids = await database_sync_to_async(setup)()
+    alice, bob = UpdatesCall(ALICE), UpdatesCall(BOB)
+    for call in (alice, bob):
+        await call.start()
+        assert (await call.next_event())[1] == {"type": "session.heartbeat"}
+
+    def go_offline() -> list[str]:
+        with CaptureQueriesContext(connection) as queries:
+            assert runner_services.mark_disconnected(runner_id=runner_id, generation=generation)
+        return [query["sql"] for query in queries.captured_queries]
+
+    statements = await database_sync_to_async(go_offline)()
+    # One read of the rows for the three sessions (and their grantees), not one each.
+    reads = [sql for sql in statements if sql.startswith("SELECT") and sessions_table in sql]
+    assert len(reads) == 1, statements
+    heard = [(await alice.next_of("session.updated"))[1]["session"] for _ in ids]
+    assert sorted(row["id"] for row in heard) == sorted(ids)
+    assert all(row["runner_id"] == runner_id and not row["runner_online"] for row in heard)
+    assert {row["permission_level"] for row in heard} == {4}
+    _, bobs = await bob.next_of("session.updated")
+    assert (bobs["session"]["id"], bobs["session"]["permission_level"]) == (ids[0], 1)
+    assert not bobs["session"]["runner_online"]
     await alice.disconnect()
     await bob.disconnect()
 

@@ -157,3 +157,31 @@ def test_one_request_call_runs_at_once_on_sqlite_and_two_on_postgresql(tmp_path:
     assert effective(tmp_path, names=names) == {names[0]: 1}
     assert effective(tmp_path, names=names, DATABASE_URL=url) == {names[0]: 2}
     assert effective(tmp_path, names=names, OMNIGENT_REQUEST_THREADS_RUNNING="3") == {names[0]: 3}
+
+
+def test_the_default_poll_rate_admits_a_client_polling_every_20_ms(tmp_path: Path) -> None:
+    """Compatible clients follow a turn by polling the snapshot every 20 ms: the default
+    poll rate admits that for as long as the turn runs; the user rate alone would not."""
+    from omnigent_site.throttling import PollRateThrottle
+
+    rates = effective(
+        tmp_path, names=["OMNIGENT_THROTTLE_POLL_RATE", "OMNIGENT_THROTTLE_USER_RATE"]
+    )
+    parse = PollRateThrottle().parse_rate
+    polls, seconds = parse(str(rates["OMNIGENT_THROTTLE_POLL_RATE"]))
+    assert polls is not None and seconds is not None and polls / seconds >= 1 / 0.020
+    requests, per = parse(str(rates["OMNIGENT_THROTTLE_USER_RATE"]))
+    assert requests is not None and per is not None and requests / per < 1 / 0.020
+
+
+def test_a_malformed_poll_rate_stops_the_server(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=REPO,
+        env=production_env(tmp_path, OMNIGENT_THROTTLE_POLL_RATE="fast"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "OMNIGENT_THROTTLE_POLL_RATE must look like 1200/min" in result.stderr

@@ -526,13 +526,14 @@ async def test_the_cases_cover_what_they_claim() -> None:
             "LLM returned HTTP 429: Failure 429 ✗",
         )
         assert (await outcome(f"{api}-connect-error"))[1] == "connection_error"
+    # The transport's words, not the SDK's generic ones ("Connection error.").
     assert (await outcome("responses-cut-by-read-error"))[1:3] == (
         "connection_error",
-        f"cannot reach the LLM at {BASE_URL}/: Connection error.",
+        f"cannot reach the LLM at {BASE_URL}/: the connection broke off",
     )
     assert (await outcome("chat-cut-by-read-timeout"))[1:3] == (
         "connection_error",
-        f"cannot reach the LLM at {BASE_URL}/: Request timed out.",
+        f"cannot reach the LLM at {BASE_URL}/: the connection broke off",
     )
 
 

@@ -4,6 +4,7 @@ that need no socket."""
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 from pathlib import Path
 
@@ -80,6 +81,7 @@ def test_config_from_env(tmp_path: Path) -> None:
     assert config.isolate_session is True
     assert config.log_level == "INFO"
     assert config.delta_interval_ms == 40  # the default
+    assert config.llm_http_client == "aiohttp"  # the default
     assert TOKEN not in repr(config)
 
 
@@ -151,6 +153,51 @@ def test_bad_delta_interval_is_a_config_error(tmp_path: Path, value: str) -> Non
     assert "0 (off) to 1000" in str(info.value)
     with pytest.raises(ConfigError):
         load_config(["--delta-interval-ms", value], _env(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("argv", "env_value", "expected"),
+    [
+        ([], "", "aiohttp"),
+        ([], "httpx", "httpx"),
+        ([], "HTTPX", "httpx"),
+        ([], " aiohttp ", "aiohttp"),
+        (["--llm-http-client", "aiohttp"], "httpx", "aiohttp"),  # the flag wins
+        (["--llm-http-client", "HTTPX"], "", "httpx"),
+    ],
+)
+def test_llm_http_client(tmp_path: Path, argv: list[str], env_value: str, expected: str) -> None:
+    env = _env(tmp_path, OMNIGENT_RUNNER_LLM_HTTP_CLIENT=env_value)
+    assert load_config(argv, env).llm_http_client == expected
+
+
+@pytest.mark.parametrize("value", ["requests", "curl", "aio-http"])
+def test_unknown_llm_http_client_is_a_config_error(tmp_path: Path, value: str) -> None:
+    with pytest.raises(
+        ConfigError, match="OMNIGENT_RUNNER_LLM_HTTP_CLIENT must be one of aiohttp, httpx"
+    ):
+        load_config([], _env(tmp_path, OMNIGENT_RUNNER_LLM_HTTP_CLIENT=value))
+    with pytest.raises(ConfigError, match="invalid choice"):
+        load_config(["--llm-http-client", value], _env(tmp_path))
+
+
+def test_aiohttp_missing_is_a_config_error_that_names_the_way_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: None if name == "aiohttp" else real_find_spec(name, *args),
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config([], _env(tmp_path))
+    assert "OMNIGENT_RUNNER_LLM_HTTP_CLIENT=httpx" in str(info.value)
+    # httpx is the SDK's own dependency: choosing it needs nothing more.
+    assert (
+        load_config([], _env(tmp_path, OMNIGENT_RUNNER_LLM_HTTP_CLIENT="httpx")).llm_http_client
+        == "httpx"
+    )
 
 
 def test_runner_id_mismatch_is_a_config_error_without_the_token(tmp_path: Path) -> None:
