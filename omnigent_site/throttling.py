@@ -100,26 +100,27 @@ def is_poll(request: Request, view: Any) -> bool:
     return request.method in getattr(view, "poll_methods", ())
 
 
-class UserRateThrottle(_ConfiguredRateThrottle):
+class _PerUserThrottle(_ConfiguredRateThrottle):
+    """Counts an authenticated user's polls (``counts_polls``) or their other requests."""
+
+    counts_polls = False
+
+    def get_cache_key(self, request: Request, view: Any) -> str | None:
+        user = request.user
+        if not user or not user.is_authenticated or is_poll(request, view) != self.counts_polls:
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": user.pk}
+
+
+class UserRateThrottle(_PerUserThrottle):
     scope = "user"
     rate_setting = "OMNIGENT_THROTTLE_USER_RATE"
 
-    def get_cache_key(self, request: Request, view: Any) -> str | None:
-        user = request.user
-        if not user or not user.is_authenticated or is_poll(request, view):
-            return None
-        return self.cache_format % {"scope": self.scope, "ident": user.pk}
 
-
-class PollRateThrottle(_ConfiguredRateThrottle):
+class PollRateThrottle(_PerUserThrottle):
     scope = "poll"
     rate_setting = "OMNIGENT_THROTTLE_POLL_RATE"
-
-    def get_cache_key(self, request: Request, view: Any) -> str | None:
-        user = request.user
-        if not user or not user.is_authenticated or not is_poll(request, view):
-            return None
-        return self.cache_format % {"scope": self.scope, "ident": user.pk}
+    counts_polls = True
 
 
 class RunnerRateThrottle(_ConfiguredRateThrottle):

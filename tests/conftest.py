@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from rest_framework.test import APIClient
 
 from omnigent_runner.bundles import build_bundle
+from testing.mockllm import MockLLMServer
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
@@ -82,3 +83,14 @@ def _no_client_limits(settings: object) -> None:
 
 
 logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+@pytest.fixture
+def mock_llm() -> Iterator[MockLLMServer]:
+    """The project's mock LLM, serving on a free local port for the test."""
+    server = MockLLMServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

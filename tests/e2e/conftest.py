@@ -45,16 +45,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     setattr(item, f"rep_{report.when}", report)
 
 
-@pytest.fixture
-def mock_llm() -> Iterator[MockLLMServer]:
-    server = MockLLMServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def server_env(tmp: Path, **extra: str) -> dict[str, str]:
     settings = {
         "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import openai
@@ -37,16 +37,6 @@ TOOL = {
         "parameters": {"type": "object", "properties": {"id": {"type": "string"}}},
     },
 }
-
-
-@pytest.fixture
-def mock() -> Iterator[MockLLMServer]:
-    server = MockLLMServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -78,21 +68,21 @@ async def answer(
 
 @pytest.mark.parametrize("api", ["responses", "chat_completions"])
 async def test_both_transports_read_the_same_streamed_text_and_calls(
-    api: str, mock: MockLLMServer, pools: dict[str, ClientPool]
+    api: str, mock_llm: MockLLMServer, pools: dict[str, ClientPool]
 ) -> None:
     outcomes = {}
     for name, pool in pools.items():
-        mock.configure(
+        mock_llm.configure(
             [
                 {"text": TEXT, "stream": True},
                 {"tool_calls": [{"name": "lookup_ticket", "arguments": '{"id": "T-1"}'}]},
             ]
         )
-        text_answer, deltas, error = await answer(pool, mock.base_url, api)
+        text_answer, deltas, error = await answer(pool, mock_llm.base_url, api)
         assert error is None, error
         assert text_answer is not None and text_answer.text == TEXT
         assert len(deltas) > 1 and "".join(deltas) == TEXT
-        call_answer, _deltas, error = await answer(pool, mock.base_url, api)
+        call_answer, _deltas, error = await answer(pool, mock_llm.base_url, api)
         assert error is None, error
         assert call_answer is not None
         assert [(c.name, c.arguments) for c in call_answer.calls] == [
@@ -103,12 +93,12 @@ async def test_both_transports_read_the_same_streamed_text_and_calls(
 
 
 async def test_an_http_error_is_the_same_llm_error(
-    mock: MockLLMServer, pools: dict[str, ClientPool]
+    mock_llm: MockLLMServer, pools: dict[str, ClientPool]
 ) -> None:
     errors = {}
     for name, pool in pools.items():
-        mock.configure([{"error": {"status_code": 400, "message": "No such model ✗"}}])
-        _answer, _deltas, errors[name] = await answer(pool, mock.base_url, "responses")
+        mock_llm.configure([{"error": {"status_code": 400, "message": "No such model ✗"}}])
+        _answer, _deltas, errors[name] = await answer(pool, mock_llm.base_url, "responses")
     assert (
         errors["aiohttp"]
         == errors["httpx"]
