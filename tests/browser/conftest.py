@@ -14,7 +14,6 @@ from tests.conftest import IN_CI
 from tests.e2e.conftest import (  # noqa: F401 - the real server and runner fixtures
     launch_runner,
     launch_server,
-    mock_llm,
     runner,
     server,
     workspace,

@@ -12,7 +12,6 @@ from, and why nothing is excluded). ``make bench`` runs the long version
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,16 +31,6 @@ MODES = {
     # The authenticating proxy's header on every request (the default setting).
     "header": ({}, fuzzing.FUZZ_USER),
 }
-
-
-@pytest.fixture
-def mock_llm() -> Iterator[MockLLMServer]:
-    server = MockLLMServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.mark.parametrize("mode", sorted(MODES))
