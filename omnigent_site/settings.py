@@ -352,6 +352,17 @@ CACHES = {
         if REDIS_URL
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "throttle"}
     ),
+    # Whether a session list is open anywhere (sessions/list_watch.py): shared the same way.
+    "presence": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": os.environ.get("OMNIGENT_CHANNEL_PREFIX", "omnigent") + ":presence",
+            "OPTIONS": {"socket_timeout": 2.0, "socket_connect_timeout": 2.0},
+        }
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "presence"}
+    ),
 }
 # Approvals (approvals.md): the cap on how long a question waits, and how often every
 # server process looks for questions past their deadline.

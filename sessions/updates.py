@@ -28,6 +28,7 @@ from typing import Any, Literal
 from django.db import transaction
 
 from .eventlog import Publication, publish_later, send_all, sse_frame
+from .list_watch import lists_open
 from .models import Permission
 from .selectors import runner_session_list_rows, session_list_rows
 from .shapes import session_removed_event, session_row_event
@@ -82,7 +83,10 @@ def announce_runner_sessions(*, runner_id: str) -> None:
 def row_publications(
     *, session_id: str, kind: RowKind, only: int | None = None
 ) -> list[Publication]:
-    """The session's list row for each grantee (or for user ``only``), read now."""
+    """The session's list row for each grantee (or for user ``only``), read now; nothing
+    while no list is open anywhere (``list_watch``)."""
+    if not lists_open():
+        return []
     return [
         (user_group(user_pk), _message(dict(session_row_event(kind, row, level=level))))
         for user_pk, level, row in session_list_rows(session_id=session_id, user_pk=only)
@@ -91,6 +95,8 @@ def row_publications(
 
 def runner_row_publications(*, runner_id: str) -> list[Publication]:
     """The list row of each session bound to the runner, for each of its grantees."""
+    if not lists_open():
+        return []
     return [
         (user_group(user_pk), _message(dict(session_row_event(UPDATED, row, level=level))))
         for user_pk, level, row in runner_session_list_rows(runner_id=runner_id)

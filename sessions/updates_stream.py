@@ -7,9 +7,13 @@ server shuts down, ``session.resync`` when the client resumes (``Last-Event-ID``
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from django.conf import settings
+
+from .list_watch import mark_list_open
 from .sse import DONE, GroupFeed, frame
 from .updates import user_group
 
@@ -22,13 +26,19 @@ class UpdatesStream:
         self.resumed = resumed
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        # Joined before anything is sent: a client that reloads its list on the first
-        # frame misses nothing written after that.
+        # Marked open, then joined, before anything is sent: a client that reloads its
+        # list on the first frame misses nothing written after that (list_watch.py).
+        await mark_list_open()
+        marked = time.monotonic()
         async with GroupFeed(user_group(self.user_pk)) as feed:
             yield frame({"type": "session.heartbeat"})
             if self.resumed:
                 yield frame({"type": "session.resync"})
             async for batch in feed.batches():
+                # A batch comes at least every heartbeat interval (a heartbeat, if nothing else).
+                if time.monotonic() - marked >= settings.OMNIGENT_STREAM_HEARTBEAT_S:
+                    await mark_list_open()
+                    marked = time.monotonic()
                 chunks, ended = render(batch)
                 if chunks:
                     yield b"".join(chunks)

@@ -82,6 +82,17 @@ def _no_client_limits(settings: object) -> None:
     settings.OMNIGENT_MAX_STREAMS_PER_USER = 0  # type: ignore[attr-defined]
 
 
+@pytest.fixture(autouse=True)
+def _no_list_open() -> Iterator[None]:
+    """No session list is open when a test starts (``sessions/list_watch.py``): a list
+    stream of an earlier test would otherwise leave its mark for a minute."""
+    from django.core.cache import caches
+
+    caches["presence"].clear()
+    yield
+    caches["presence"].clear()
+
+
 logging.getLogger("httpx").setLevel(logging.WARNING)
 
 

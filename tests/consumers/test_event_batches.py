@@ -23,6 +23,7 @@ from runners import dispatch, runner_events, services
 from runners.models import Runner
 from sessions import eventlog
 from sessions.eventlog import record_event, session_group
+from sessions.list_watch import mark_list_open
 from sessions.models import Agent, Item, Session, SessionEvent, Turn
 from sessions.services import create_session_from_bundle
 from sessions.updates import user_group
@@ -69,7 +70,9 @@ def a_turn(turn: Turn, *, first_seq: int = 1) -> list[runner_events.ReceivedEven
 
 
 def listening(group: str) -> tuple[Any, str]:
-    """The channel layer and a new channel of it in ``group``, to read what is published."""
+    """The channel layer and a new channel of it in ``group``, to read what is published:
+    a list stream's part, so it marks a list open first, as the stream does."""
+    async_to_sync(mark_list_open)()
     layer = get_channel_layer()
     channel = async_to_sync(layer.new_channel)()
     async_to_sync(layer.group_add)(group, channel)

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from django.core.cache import caches
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -19,7 +20,7 @@ from omnigent_site.asgi import application
 from omnigent_site.runtime.shutdown import stopping
 from omnigent_site.users import get_or_create_user
 from runners import services as runner_services
-from sessions import services
+from sessions import list_watch, services
 from sessions.fork import fork_session
 from sessions.models import Session
 from sessions.services import create_session_from_bundle
@@ -188,6 +189,8 @@ async def test_a_fork_appears_in_the_forking_users_list(make_bundle: Any) -> Non
     session_id = await database_sync_to_async(_create)(make_bundle, title="source")
     alice = UpdatesCall(ALICE)
     assert (await alice.start())["status"] == 200
+    # Everything written after the first frame is delivered (sessions/updates.py).
+    assert (await alice.next_event())[1] == {"type": "session.heartbeat"}
 
     def fork() -> str:
         source = Session.objects.get(pk=session_id)
@@ -249,3 +252,90 @@ def drain(queue: asyncio.Queue[dict[str, Any]]) -> list[dict[str, Any]]:
     while not queue.empty():
         messages.append(queue.get_nowait())
     return messages
+
+
+# --- list_watch: no list open, no list row read ------------------------------------------
+
+
+def _renamed_reading_rows(session_id: str, title: str) -> list[str]:
+    """Rename the session; the statements that read list rows (with their grantees)."""
+    with CaptureQueriesContext(connection) as queries:
+        services.update_session(session=Session.objects.get(pk=session_id), title=title)
+    return [query["sql"] for query in queries.captured_queries if "grantee_pk" in query["sql"]]
+
+
+async def test_with_no_list_open_no_row_is_read_and_one_opened_hears_the_next(
+    make_bundle: Any,
+) -> None:
+    session_id = await database_sync_to_async(_create)(make_bundle, title="quiet")
+    assert await database_sync_to_async(_renamed_reading_rows)(session_id, "unheard") == []
+    alice = UpdatesCall(ALICE)
+    await alice.start()
+    assert (await alice.next_event())[1] == {"type": "session.heartbeat"}
+    assert list_watch.lists_open()
+    reads = await database_sync_to_async(_renamed_reading_rows)(session_id, "heard")
+    assert len(reads) == 1
+    _, updated = await alice.next_of("session.updated")
+    assert updated["session"]["title"] == "heard"
+    await alice.disconnect()
+
+
+async def test_a_list_marks_itself_open_again_while_it_stays_open(settings: Any) -> None:
+    settings.OMNIGENT_STREAM_HEARTBEAT_S = 0.05
+    await database_sync_to_async(get_or_create_user)(ALICE)
+    alice = UpdatesCall(ALICE)
+    await alice.start()
+    assert (await alice.next_event())[1] == {"type": "session.heartbeat"}
+    assert list_watch.mark_ttl_s() == pytest.approx(0.2)
+    caches["presence"].delete(list_watch.LISTS_OPEN_KEY)  # as if its mark had run out
+    assert not list_watch.lists_open()
+    for _ in range(3):  # each heartbeat interval, a batch: the mark is made again
+        assert (await alice.next_event())[1] == {"type": "session.heartbeat"}
+    assert list_watch.lists_open()
+    await alice.disconnect()
+
+
+async def test_a_failing_presence_cache_counts_as_a_list_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def down(*args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("cache down")
+
+    monkeypatch.setattr(caches["presence"], "get", down)
+    monkeypatch.setattr(caches["presence"], "aset", down)
+    assert list_watch.lists_open()
+    await list_watch.mark_list_open()  # logged, not raised: the stream is served anyway
+
+
+@pytest.mark.redis
+async def test_with_redis_a_list_open_in_one_process_is_seen_by_every_other(
+    settings: Any,
+) -> None:
+    import secrets
+
+    import redis
+
+    from tests.conftest import require_service
+
+    require_service("Redis", "127.0.0.1", 6379)
+    prefix = f"omnigent-test-{secrets.token_hex(4)}:presence"
+    settings.CACHES = {
+        **settings.CACHES,
+        "presence": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:6379/13",
+            "KEY_PREFIX": prefix,
+        },
+    }
+    store = redis.Redis.from_url("redis://127.0.0.1:6379/13")
+    try:
+        assert not list_watch.lists_open()
+        await list_watch.mark_list_open()
+        [key] = store.keys(f"{prefix}:*")
+        assert 0 < store.ttl(key) <= list_watch.mark_ttl_s()
+        assert list_watch.lists_open()
+    finally:
+        keys = store.keys(f"{prefix}:*")
+        if keys:
+            store.delete(*keys)
+        store.close()
