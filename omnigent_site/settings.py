@@ -339,30 +339,27 @@ for _name in (
 ):
     if not re.fullmatch(r"|0|[0-9]+/(s|m|h|d)[a-z]*", globals()[_name]):
         raise ImproperlyConfigured(f"{_name} must look like 1200/min (or be 0 for no limit)")
-# The throttles' counts: shared through Redis when the deployment has it.
+
+
+def _shared_cache(name: str) -> dict[str, Any]:
+    """A cache every server process shares: on Redis when the deployment has it, else in
+    this (then the only) process's memory."""
+    if not REDIS_URL:
+        return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": name}
+    return {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": os.environ.get("OMNIGENT_CHANNEL_PREFIX", "omnigent") + f":{name}",
+        "OPTIONS": {"socket_timeout": 2.0, "socket_connect_timeout": 2.0},
+    }
+
+
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-    "throttle": (
-        {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": REDIS_URL,
-            "KEY_PREFIX": os.environ.get("OMNIGENT_CHANNEL_PREFIX", "omnigent") + ":throttle",
-            "OPTIONS": {"socket_timeout": 2.0, "socket_connect_timeout": 2.0},
-        }
-        if REDIS_URL
-        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "throttle"}
-    ),
-    # Whether a session list is open anywhere (sessions/list_watch.py): shared the same way.
-    "presence": (
-        {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": REDIS_URL,
-            "KEY_PREFIX": os.environ.get("OMNIGENT_CHANNEL_PREFIX", "omnigent") + ":presence",
-            "OPTIONS": {"socket_timeout": 2.0, "socket_connect_timeout": 2.0},
-        }
-        if REDIS_URL
-        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "presence"}
-    ),
+    # The throttles' counts (omnigent_site/throttling.py).
+    "throttle": _shared_cache("throttle"),
+    # Whether a session list is open anywhere (sessions/list_watch.py).
+    "presence": _shared_cache("presence"),
 }
 # Approvals (approvals.md): the cap on how long a question waits, and how often every
 # server process looks for questions past their deadline.

@@ -6,6 +6,8 @@ import logging
 import os
 import socket
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
@@ -32,6 +34,34 @@ def require_service(name: str, host: str, port: int) -> None:
     if IN_CI:
         pytest.fail(f"{message} (CI=true requires it)")
     pytest.skip(f"{message}; start it to run this test")
+
+
+@contextmanager
+def on_redis(settings: Any, alias: str) -> Iterator[tuple[str, Any]]:
+    """The cache ``alias`` on the real Redis (database 13) under a fresh key prefix for
+    the block: yields the prefix and a client to look at the keys; deletes them after."""
+    import secrets
+
+    import redis
+
+    require_service("Redis", "127.0.0.1", 6379)
+    prefix = f"omnigent-test-{secrets.token_hex(4)}:{alias}"
+    settings.CACHES = {
+        **settings.CACHES,
+        alias: {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:6379/13",
+            "KEY_PREFIX": prefix,
+        },
+    }
+    store = redis.Redis.from_url("redis://127.0.0.1:6379/13")
+    try:
+        yield prefix, store
+    finally:
+        keys = store.keys(f"{prefix}:*")
+        if keys:
+            store.delete(*keys)
+        store.close()
 
 
 def agent_yaml(name: str = "file-helper", *, extra: str = "") -> str:

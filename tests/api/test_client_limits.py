@@ -205,32 +205,12 @@ def test_with_redis_the_counts_are_shared_through_it(
 ) -> None:
     """With ``REDIS_URL`` the ``throttle`` cache is Redis: what one process counted,
     every other process reads (here: the count survives this process's memory)."""
-    import secrets
+    from tests.conftest import on_redis
 
-    import redis
-
-    from tests.conftest import require_service
-
-    require_service("Redis", "127.0.0.1", 6379)
-    prefix = f"omnigent-test-{secrets.token_hex(4)}:throttle"
-    settings.CACHES = {
-        **settings.CACHES,
-        "throttle": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": "redis://127.0.0.1:6379/13",
-            "KEY_PREFIX": prefix,
-        },
-    }
-    settings.OMNIGENT_THROTTLE_USER_RATE = "2/min"
-    store = redis.Redis.from_url("redis://127.0.0.1:6379/13")
-    try:
+    with on_redis(settings, "throttle") as (prefix, store):
+        settings.OMNIGENT_THROTTLE_USER_RATE = "2/min"
         alice = client_for(ALICE)
         assert [alice.get("/v1/me").status_code for _ in range(2)] == [200, 200]
         assert store.keys(f"{prefix}:*"), "the count is in Redis"
         caches["default"].clear()  # another process: nothing of this one's memory
         assert_error(alice.get("/v1/me"), 429, "rate_limited")
-    finally:
-        keys = store.keys(f"{prefix}:*")
-        if keys:
-            store.delete(*keys)
-        store.close()

@@ -311,31 +311,11 @@ async def test_a_failing_presence_cache_counts_as_a_list_open(
 async def test_with_redis_a_list_open_in_one_process_is_seen_by_every_other(
     settings: Any,
 ) -> None:
-    import secrets
+    from tests.conftest import on_redis
 
-    import redis
-
-    from tests.conftest import require_service
-
-    require_service("Redis", "127.0.0.1", 6379)
-    prefix = f"omnigent-test-{secrets.token_hex(4)}:presence"
-    settings.CACHES = {
-        **settings.CACHES,
-        "presence": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": "redis://127.0.0.1:6379/13",
-            "KEY_PREFIX": prefix,
-        },
-    }
-    store = redis.Redis.from_url("redis://127.0.0.1:6379/13")
-    try:
+    with on_redis(settings, "presence") as (prefix, store):
         assert not list_watch.lists_open()
         await list_watch.mark_list_open()
         [key] = store.keys(f"{prefix}:*")
         assert 0 < store.ttl(key) <= list_watch.mark_ttl_s()
         assert list_watch.lists_open()
-    finally:
-        keys = store.keys(f"{prefix}:*")
-        if keys:
-            store.delete(*keys)
-        store.close()

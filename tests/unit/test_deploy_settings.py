@@ -185,3 +185,26 @@ def test_a_malformed_poll_rate_stops_the_server(tmp_path: Path) -> None:
     )
     assert result.returncode != 0
     assert "OMNIGENT_THROTTLE_POLL_RATE must look like 1200/min" in result.stderr
+
+
+def test_the_shared_caches_follow_redis_url(tmp_path: Path) -> None:
+    """The throttles' counts and the open-list mark are shared by every process through
+    Redis when the deployment has it, each under its own key prefix."""
+    alone = effective(tmp_path, names=["CACHES"])["CACHES"]
+    assert isinstance(alone, dict)
+    for alias in ("throttle", "presence"):
+        assert alone[alias] == {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": alias,
+        }
+    shared = effective(
+        tmp_path,
+        names=["CACHES"],
+        REDIS_URL="redis://redis.example:6379/0",
+        OMNIGENT_CHANNEL_PREFIX="site-a",
+    )["CACHES"]
+    assert isinstance(shared, dict)
+    for alias in ("throttle", "presence"):
+        assert shared[alias]["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+        assert shared[alias]["LOCATION"] == "redis://redis.example:6379/0"
+        assert shared[alias]["KEY_PREFIX"] == f"site-a:{alias}"
