@@ -21,7 +21,6 @@ from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
-from django.utils import timezone
 
 from omnigent_runner.json_text import FRAME_DEPTH_MARGIN
 from omnigent_runner.protocol import (
@@ -101,7 +100,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         self.hello_seen = False
         self.closing = False
         self.last_frame = time.monotonic()
-        self.last_seen_write = timezone.now()
+        self.last_seen_write = self.last_frame  # the hello writes ``last_seen_at``
         self.pending: dict[str, tuple[str | None, AnyCommand]] = {}
         self.command_counter = 0
         self.tasks: list[asyncio.Task[None]] = []
@@ -245,9 +244,9 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 )
 
     async def _touch(self) -> None:
-        now = timezone.now()
-        if services.seen_is_due(self.last_seen_write, now):
-            self.last_seen_write = now
+        # Every frame comes here: the due check reads the clock ``receive`` just read.
+        if services.seen_is_due(self.last_seen_write, self.last_frame):
+            self.last_seen_write = self.last_frame
             await database_sync_to_async(services.mark_seen)(
                 runner_id=self.runner_id, generation=self.generation
             )

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # Refresh ``last_seen_at`` at most this often per tunnel: it bounds ``online``.
-SEEN_WRITE_INTERVAL = timedelta(seconds=5)
+SEEN_WRITE_INTERVAL_S = 5.0
 
 
 # --- registration ---------------------------------------------------------------
@@ -339,5 +339,6 @@ def close_session_on_runner(*, session: Session, runner: Runner | None = None) -
     )
 
 
-def seen_is_due(last_write: Any, now: Any) -> bool:
-    return last_write is None or now - last_write >= SEEN_WRITE_INTERVAL
+def seen_is_due(last_write: float | None, now: float) -> bool:
+    """Whether a tunnel's ``last_seen_at`` is due a write (times from ``time.monotonic``)."""
+    return last_write is None or now - last_write >= SEEN_WRITE_INTERVAL_S

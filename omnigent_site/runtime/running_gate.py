@@ -88,6 +88,7 @@ class RunningGate:
         self._held: deque[Place] = deque()  # the places counted now, oldest first
         self._waiting: deque[_Waiting] = deque()
         self._watchdog: threading.Thread | None = None
+        self._watchdog_idle = False  # asleep until a call waits (no deadline)
         self._warned_at = -GATE_WARNING_INTERVAL_S
 
     @property
@@ -109,8 +110,13 @@ class RunningGate:
                         target=self._watch, name="request-gate-watchdog", daemon=True
                     )
                     self._watchdog.start()
-                elif len(self._waiting) == 1:
-                    self._changed.notify()  # the watchdog sleeps while nothing waits
+                elif self._watchdog_idle:
+                    # Woken only from its sleep without a deadline: in a timed sleep it
+                    # wakes by the earliest deadline the new call can have. Under load
+                    # the queue empties and fills hundreds of times a second, and
+                    # waking a thread each time cost the event loop as much as a poll.
+                    self._watchdog_idle = False
+                    self._changed.notify()
                 return
         start(place)
 
@@ -142,7 +148,9 @@ class RunningGate:
         while True:
             with self._lock:
                 while not self._waiting:
+                    self._watchdog_idle = True
                     self._changed.wait()
+                self._watchdog_idle = False
                 now = time.monotonic()
                 starts: list[tuple[_Waiting, Place | None]] = []
                 while self._waiting and self._held and now - self._held[0].since >= self.slow_s:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -21,6 +22,7 @@ from omnigent_site.runtime.handler import (
     RequestThreadPool,
     move_request_housekeeping_to_end,
 )
+from omnigent_site.runtime.running_gate import Place, RunningGate
 
 
 def thread_of(executor: object) -> int:
@@ -352,6 +354,56 @@ def test_a_call_that_holds_its_place_too_long_lends_it_to_the_next(
     for future in futures:
         future.result(timeout=10)
     assert held.most == 1 and pool.gate.lent == 1 and pool.gate.overflows == 0
+
+
+def test_a_call_that_waits_while_the_watchdog_sleeps_to_a_deadline_is_still_lent_a_place() -> None:
+    """The watchdog is woken only from its sleep without a deadline. Here it sleeps to the
+    deadline of a call that has started since; the next waiting call is not announced
+    to it, and still gets the place of the call that holds it too long."""
+    gate = RunningGate(limit=1, wait_s=60.0, slow_s=0.3)
+    started: dict[str, threading.Event] = {name: threading.Event() for name in "ABC"}
+    places: dict[str, Place | None] = {}
+
+    def start(name: str) -> Callable[[Place | None], None]:
+        def run(place: Place | None) -> None:
+            places[name] = place
+            started[name].set()
+
+        return run
+
+    gate.enter(start("A"))
+    gate.enter(start("B"))  # waits: the watchdog starts, with A's deadline
+    gate.leave(places["A"])  # B starts with A's place
+    assert started["B"].is_set()
+    gate.enter(start("C"))  # waits behind B, which holds its place past slow_s
+    assert started["C"].wait(10)
+    assert gate.lent == 1 and gate.overflows == 0 and places["C"] is not None
+    gate.leave(places["C"])
+    gate.leave(places["B"])  # lent: hands nothing on
+    assert gate.waiting == 0
+
+
+def test_a_queue_that_empties_and_fills_does_not_wake_the_watchdog_each_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under load the queue of waiting calls empties and fills hundreds of times a
+    second; the watchdog, asleep to a deadline, is not woken for each new call."""
+    gate = RunningGate(limit=1, wait_s=60.0, slow_s=60.0)
+    wakes: list[int] = []
+    real_notify = gate._changed.notify
+
+    def notify(n: int = 1) -> None:
+        wakes.append(n)
+        real_notify(n)
+
+    monkeypatch.setattr(gate._changed, "notify", notify)
+    holder: list[Place | None] = []
+    gate.enter(holder.append)
+    for _ in range(200):
+        gate.enter(holder.append)  # waits for the place
+        gate.leave(holder.pop(0))  # and gets it at once: the queue is empty again
+    assert gate.waiting == 0 and gate.overflows == 0 and len(holder) == 1
+    assert len(wakes) < 20  # each new call woke it before: 199 here
 
 
 def test_a_failing_call_gives_its_place_and_thread_back(
