@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import transaction
 
 from omnigent_site.rawsql import increment_returning, insert_rows, update_row
+from omnigent_site.runtime.channel_layer import group_may_have_members
 
 from .models import Session, SessionEvent
 
@@ -255,13 +256,21 @@ def _event_publications(events: list[SessionEvent]) -> list[Publication]:
 
 
 def send_all(publications: list[Publication]) -> None:
-    """Send group messages in order, in one trip from this thread to the event loop."""
-    if not publications:
-        return
+    """Send group messages in order, in one trip from this thread to the event loop.
+
+    Messages for groups nobody is in (a session followed by pollers only, with the
+    embedded layer) are dropped here, and with none left the trip is not made: the
+    tunnel's writer would otherwise wait for the event loop after every batch to
+    send to nobody.
+    """
     layer = get_channel_layer()
     if layer is None:
         return
-    async_to_sync(_send_all)(layer, publications)
+    publications = [
+        (group, message) for group, message in publications if group_may_have_members(layer, group)
+    ]
+    if publications:
+        async_to_sync(_send_all)(layer, publications)
 
 
 async def send_publications(publications: list[Publication]) -> None:

@@ -78,6 +78,21 @@ class EmbeddedChannelLayer(InMemoryChannelLayer):
         super()._clean_expired()
 
 
+def group_may_have_members(layer: Any, group: str) -> bool:
+    """Whether a message sent to ``group`` now could reach anyone; callable from any thread.
+
+    With the embedded layer, only if the group has a member in this (the only) process:
+    a writer's thread that finds none is spared its trip to the event loop to send to
+    nobody (``sessions.eventlog.send_all``). A member that joins just after still gets
+    what was written before, as every group's members do (``sessions.sse.GroupFeed``
+    joins before it reads the log). With any other layer (Redis: members in other
+    processes) always yes.
+    """
+    if isinstance(layer, EmbeddedChannelLayer):
+        return bool(layer.groups.get(group))
+    return True
+
+
 def _socket_timeout(host: dict[str, Any]) -> float | None:
     """The read timeout a host entry gives its connections (a URL's query wins, as in
     redis-py's ``from_url``); redis-py's default when neither sets one."""

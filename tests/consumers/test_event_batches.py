@@ -224,6 +224,34 @@ def test_a_batch_reaches_watchers_as_one_group_message_in_order(
     assert len(seqs) == len(events) + 1  # response.created is shown twice (created, in_progress)
 
 
+def test_a_batch_nobody_follows_makes_no_trip_to_the_event_loop(
+    bound: tuple[Session, Turn, Runner], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the embedded layer, a session followed by pollers only (no stream in its
+    group) costs the writer no trip to send to nobody; once a stream joins, the next
+    batch reaches it, and what was written before is in the log it replays."""
+    session, turn, runner = bound
+    trips: list[object] = []
+    real_async_to_sync = eventlog.async_to_sync
+
+    def counting(function: Any) -> Any:
+        trips.append(function)
+        return real_async_to_sync(function)
+
+    monkeypatch.setattr(eventlog, "async_to_sync", counting)
+    events = a_turn(turn)
+    services.record_runner_events(runner_id=runner.id, events=events[:3])
+    assert trips == []
+    unsent = [row.seq for row in stored(session.id)]  # in the log a stream replays
+    layer, channel = listening(session_group(session.id))
+    services.record_runner_events(runner_id=runner.id, events=events[3:])
+    assert len(trips) == 1
+    message = async_to_sync(layer.receive)(channel)
+    sent = [seq for seq, _frame in message["events"]]
+    assert sent and unsent
+    assert unsent + sent == [row.seq for row in stored(session.id)]
+
+
 def test_a_batch_announces_a_session_list_row_once_with_its_final_state(
     bound: tuple[Session, Turn, Runner], alice: Any
 ) -> None:

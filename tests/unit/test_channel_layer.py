@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from omnigent_site.runtime.channel_layer import EmbeddedChannelLayer
+from omnigent_site.runtime.channel_layer import (
+    EmbeddedChannelLayer,
+    ScaleOutChannelLayer,
+    group_may_have_members,
+)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -49,3 +53,18 @@ async def test_expired_messages_are_still_swept_but_not_on_every_receive(
     await layer.send(fresh, {"type": "new"})
     assert (await layer.receive(fresh))["type"] == "new"
     assert stale not in layer.channels
+
+
+async def test_a_group_may_have_members_only_while_someone_is_in_it() -> None:
+    """The embedded layer answers from its own groups; a shared (Redis) layer cannot
+    know about other processes' members and always says yes."""
+    layer = EmbeddedChannelLayer()
+    assert not group_may_have_members(layer, "session.x")
+    channel = await layer.new_channel()
+    await layer.group_add("session.x", channel)
+    assert group_may_have_members(layer, "session.x")
+    assert not group_may_have_members(layer, "session.y")
+    await layer.group_discard("session.x", channel)
+    assert not group_may_have_members(layer, "session.x")
+    shared = ScaleOutChannelLayer(hosts=[{"address": "redis://127.0.0.1:1/0?socket_timeout=10"}])
+    assert group_may_have_members(shared, "session.x")  # no connection is made for this
