@@ -263,6 +263,8 @@ def send_all(publications: list[Publication]) -> None:
     tunnel's writer would otherwise wait for the event loop after every batch to
     send to nobody.
     """
+    if not publications:
+        return
     layer = get_channel_layer()
     if layer is None:
         return
