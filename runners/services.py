@@ -339,6 +339,6 @@ def close_session_on_runner(*, session: Session, runner: Runner | None = None) -
     )
 
 
-def seen_is_due(last_write: float | None, now: float) -> bool:
+def seen_is_due(last_write: float, now: float) -> bool:
     """Whether a tunnel's ``last_seen_at`` is due a write (times from ``time.monotonic``)."""
-    return last_write is None or now - last_write >= SEEN_WRITE_INTERVAL_S
+    return now - last_write >= SEEN_WRITE_INTERVAL_S

@@ -29,7 +29,7 @@ from django.db import transaction
 
 from .eventlog import Publication, publish_later, send_all, sse_frame
 from .list_watch import lists_open
-from .models import Permission
+from .models import Permission, Session
 from .selectors import runner_session_list_rows, session_list_rows
 from .shapes import session_removed_event, session_row_event
 
@@ -87,19 +87,21 @@ def row_publications(
     while no list is open anywhere (``list_watch``)."""
     if not lists_open():
         return []
-    return [
-        (user_group(user_pk), _message(dict(session_row_event(kind, row, level=level))))
-        for user_pk, level, row in session_list_rows(session_id=session_id, user_pk=only)
-    ]
+    return _row_messages(kind, session_list_rows(session_id=session_id, user_pk=only))
 
 
 def runner_row_publications(*, runner_id: str) -> list[Publication]:
     """The list row of each session bound to the runner, for each of its grantees."""
     if not lists_open():
         return []
+    return _row_messages(UPDATED, runner_session_list_rows(runner_id=runner_id))
+
+
+def _row_messages(kind: RowKind, rows: list[tuple[int, int, Session]]) -> list[Publication]:
+    """Each (grantee, level, row) as that grantee's list-row message."""
     return [
-        (user_group(user_pk), _message(dict(session_row_event(UPDATED, row, level=level))))
-        for user_pk, level, row in runner_session_list_rows(runner_id=runner_id)
+        (user_group(user_pk), _message(dict(session_row_event(kind, row, level=level))))
+        for user_pk, level, row in rows
     ]
 
 
