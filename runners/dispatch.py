@@ -7,6 +7,7 @@ with a deadline without holding Django's shared sync thread.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
@@ -65,8 +66,8 @@ async def _ensure_open(session: Session, runner: Runner, response_id: str) -> No
 def _accept_with_command(
     *, session_id: str, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
 ) -> tuple[Item, Turn, TurnStart, list[Publication]]:
-    """Store the message and its turn, and build its ``turn.start``: one trip to the
-    thread. What the write publishes comes back to be sent from the event loop."""
+    """Store the message and its turn, and build its ``turn.start``. What the write
+    publishes comes back to be sent from the event loop."""
     with collecting_publications() as publications:
         item, response = runner_events.accept_message(
             session_id=session_id, created_by=created_by, data=data, tools=tools
@@ -75,34 +76,52 @@ def _accept_with_command(
     return item, response, command, publications
 
 
-async def submit_message(
+@dataclass(frozen=True, slots=True)
+class AcceptedMessage:
+    """A message stored with its turn: what :func:`deliver_message` hands to the runner."""
+
+    runner: Runner
+    item: Item
+    response: Turn
+    command: TurnStart
+    publications: list[Publication]
+
+
+def accept_message(
     *, session: Session, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """Store the message and its turn, hand the turn to the runner, return the 202 body."""
+) -> AcceptedMessage:
+    """On the request's thread: the message's file blocks checked, its runner checked
+    (503 before anything is stored), the message and its turn stored."""
     if session_files.has_file_blocks(data):
         # 400 (not this session's file) or 413 (over a frame) before anything is stored.
-        data = await sync_to_async(session_files.prepare_message_files)(
-            session_id=session.id, data=data
-        )
+        data = session_files.prepare_message_files(session_id=session.id, data=data)
     runner = _runner_or_503(session)
-    session_id = session.id
-    item, response, command, publications = await sync_to_async(_accept_with_command)(
-        session_id=session_id, created_by=created_by, data=data, tools=tools
+    item, response, command, publications = _accept_with_command(
+        session_id=session.id, created_by=created_by, data=data, tools=tools
     )
-    await send_publications(publications)
+    return AcceptedMessage(
+        runner=runner, item=item, response=response, command=command, publications=publications
+    )
+
+
+async def deliver_message(*, session: Session, accepted: AcceptedMessage) -> dict[str, Any]:
+    """Publish what storing the message produced, hand its turn to the runner and wait
+    for the runner's acknowledgement; return the 202 body (http-api.md)."""
+    await send_publications(accepted.publications)
+    runner, response = accepted.runner, accepted.response
     try:
         await _ensure_open(session, runner, response.id)
-        await send_command(channel_name=runner.channel_name, command=command)
+        await send_command(channel_name=runner.channel_name, command=accepted.command)
     except RelayError as exc:
-        log.warning("turn %s of %s not delivered: %s", response.id, session_id, exc.message)
+        log.warning("turn %s of %s not delivered: %s", response.id, session.id, exc.message)
         await sync_to_async(runner_events.fail_turn)(
-            session_id=session_id,
+            session_id=session.id,
             response_id=response.id,
             code="runner_unreachable",
             message=f"the runner did not accept the turn: {exc.message}",
         )
         raise RunnerUnavailable(f"the runner did not accept the message: {exc.message}") from exc
-    return {"queued": True, "item_id": item.id, "response_id": response.id}
+    return {"queued": True, "item_id": accepted.item.id, "response_id": response.id}
 
 
 async def forward_tool_result(*, session: Session, call_id: str, output: str) -> dict[str, Any]:

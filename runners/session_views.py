@@ -8,6 +8,7 @@ because it sits above ``sessions``: ``sessions`` never imports ``runners``.
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import quote
 
 from django.http import HttpResponse, HttpResponseBase, HttpResponseNotModified
@@ -216,6 +217,37 @@ class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView)
     # Every event goes to the session's runner: counted against its rate too.
     runner_throttled_methods = ("POST",)
 
+    # Set by ``initial`` for a POST: the validated event, and a message once stored.
+    event: dict[str, Any]
+    accepted_message: dispatch.AcceptedMessage | None = None
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        """DRF's checks, then the event's validation and, for a message, its storing.
+
+        adrf runs ``initial`` in a trip to the request's thread of its own, before the
+        async handler. Doing a message's writes in the same trip spares the ``POST``
+        a second one (``docs/performance.md``, item 35): the handler is left with what
+        has to wait on the event loop, handing the turn to the runner. The order is
+        DRF's and the view's as before: authentication, permissions, throttles, then
+        validation (400), the runner's check (503), and only then the writes.
+        """
+        super().initial(request, *args, **kwargs)
+        if request.method != "POST":
+            return
+        serializer = EventSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        self.event = serializer.validated_data
+        if self.event["type"] == "message":
+            data = session_services.normalise_message(self.event["data"], field="data")
+            if data["role"] != "user":
+                raise ValidationError({"data": ["a message event must have role 'user'"]})
+            self.accepted_message = dispatch.accept_message(
+                session=self.session,
+                created_by=request.user.get_username(),
+                data=data,
+                tools=self.event.get("tools") or [],
+            )
+
     @extend_schema(
         request=EventSerializer,
         responses={
@@ -224,19 +256,12 @@ class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView)
         },
     )
     async def post(self, request: Request, session_id: str) -> HttpResponseBase:
-        serializer = EventSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        event = serializer.validated_data
+        event = self.event
         kind = event["type"]
         if kind == "message":
-            data = session_services.normalise_message(event["data"], field="data")
-            if data["role"] != "user":
-                raise ValidationError({"data": ["a message event must have role 'user'"]})
-            body = await dispatch.submit_message(
-                session=self.session,
-                created_by=request.user.get_username(),
-                data=data,
-                tools=event.get("tools") or [],
+            assert self.accepted_message is not None  # stored by ``initial``
+            body = await dispatch.deliver_message(
+                session=self.session, accepted=self.accepted_message
             )
         elif kind == "function_call_output":
             output = FunctionCallOutputSerializer(data=event["data"])

@@ -321,7 +321,11 @@ class PooledThreadsASGIHandler(ASGIHandler):
         except RequestAborted:
             return
         set_script_prefix(get_script_prefix(scope))
-        await signals.request_started.asend(sender=self.__class__, scope=scope)
+        if signals.request_started.has_listeners(self.__class__):
+            # ``asend`` with nobody listening still gathers an empty coroutine in a task
+            # of its own: a task and a turn of the loop for every request. Django's two
+            # receivers listen to its own handlers only (``move_request_housekeeping_to_end``).
+            await signals.request_started.asend(sender=self.__class__, scope=scope)
         request, error_response = self.create_request(scope, body_file)
         if request is None:
             assert error_response is not None  # create_request answers one or the other

@@ -7,6 +7,7 @@ if Django stops doing so, the lock is never taken (or never released) and these 
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import pytest
@@ -120,3 +121,61 @@ def test_waiting_is_bounded_by_the_database_timeout() -> None:
     assert len(errors) == 1
     assert isinstance(errors[0], OperationalError)
     assert "database is locked" in str(errors[0])
+
+
+# --- the cursor's kept placeholder conversion ------------------------------------------
+
+
+def test_statements_are_converted_as_django_converts_them() -> None:
+    from django.db.backends.sqlite3 import base as django_sqlite
+
+    from omnigent_site.runtime.sqlite3.base import SQLiteCursorWrapper, qmark_query
+
+    with connection.cursor() as cursor:
+        ours = cursor.cursor
+        assert isinstance(ours, SQLiteCursorWrapper)
+        stock = functools.partial(django_sqlite.SQLiteCursorWrapper.convert_query, ours)
+        for query in (
+            "SELECT 1",
+            "SELECT * FROM t WHERE a = %s AND b = %s",
+            "SELECT '100%%' AS x, %s",
+            "UPDATE t SET a = %s WHERE b LIKE '%%z%%' AND c IN (%s, %s)",
+        ):
+            assert ours.convert_query(query) == stock(query)
+            assert qmark_query(query) == stock(query)
+        named = "SELECT %(a)s, %(b)s"
+        assert ours.convert_query(named, param_names=["a", "b"]) == stock(
+            named, param_names=["a", "b"]
+        )
+
+
+def test_a_statement_is_converted_once() -> None:
+    from omnigent_site.runtime.sqlite3.base import qmark_query
+
+    statement = "SELECT %s AS kept_conversion_probe"
+    before = qmark_query.cache_info()
+    with connection.cursor() as cursor:
+        for value in range(3):
+            cursor.execute(statement, [value])
+            assert cursor.fetchone() == (value,)
+    after = qmark_query.cache_info()
+    assert after.misses - before.misses == 1
+    assert after.hits - before.hits == 2
+
+
+def test_guard_django_converts_placeholders_in_convert_query() -> None:
+    """The kept conversion replaces Django's ``convert_query`` and the backend's
+    ``create_cursor`` names the cursor class; if either changed, compare them with
+    ``omnigent_site/runtime/sqlite3/base.py`` and update these fingerprints."""
+    import hashlib
+    import inspect
+    import textwrap
+
+    from django.db.backends.sqlite3 import base as django_sqlite
+
+    def fingerprint(function: object) -> str:
+        source = textwrap.dedent(inspect.getsource(function))  # type: ignore[arg-type]
+        return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+    assert fingerprint(django_sqlite.SQLiteCursorWrapper.convert_query) == "d0e1c07e8bdff5f5"
+    assert fingerprint(django_sqlite.DatabaseWrapper.create_cursor) == "5c3e4a272c024588"
