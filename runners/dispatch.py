@@ -1,7 +1,9 @@
 """Relay user input to the session's runner (http-api.md, Events; architecture.md, Data flow).
 
-These coroutines run in async views: they wait for the runner's acknowledgement
-with a deadline without holding Django's shared sync thread.
+The coroutines run in async views: they wait for the runner's acknowledgement with a
+deadline without holding a request thread. ``accept_message`` is the sync part of a
+message, run on the request's thread in the trip the events view makes for DRF's
+checks (``SessionEventsView.initial``); ``deliver_message`` is the rest.
 """
 
 from __future__ import annotations
