@@ -12,8 +12,14 @@ import threading
 
 import pytest
 from django.db import OperationalError, connection, connections, transaction
+from django.db.backends.sqlite3 import base as django_sqlite
 
-from omnigent_site.runtime.sqlite3.base import DatabaseWrapper, write_lock
+from omnigent_site.runtime.sqlite3.base import (
+    DatabaseWrapper,
+    SQLiteCursorWrapper,
+    qmark_query,
+    write_lock,
+)
 from sessions.models import Agent
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.django_db(transaction=True)]
@@ -127,10 +133,6 @@ def test_waiting_is_bounded_by_the_database_timeout() -> None:
 
 
 def test_statements_are_converted_as_django_converts_them() -> None:
-    from django.db.backends.sqlite3 import base as django_sqlite
-
-    from omnigent_site.runtime.sqlite3.base import SQLiteCursorWrapper, qmark_query
-
     with connection.cursor() as cursor:
         ours = cursor.cursor
         assert isinstance(ours, SQLiteCursorWrapper)
@@ -150,8 +152,6 @@ def test_statements_are_converted_as_django_converts_them() -> None:
 
 
 def test_a_statement_is_converted_once() -> None:
-    from omnigent_site.runtime.sqlite3.base import qmark_query
-
     statement = "SELECT %s AS kept_conversion_probe"
     before = qmark_query.cache_info()
     with connection.cursor() as cursor:
@@ -161,21 +161,3 @@ def test_a_statement_is_converted_once() -> None:
     after = qmark_query.cache_info()
     assert after.misses - before.misses == 1
     assert after.hits - before.hits == 2
-
-
-def test_guard_django_converts_placeholders_in_convert_query() -> None:
-    """The kept conversion replaces Django's ``convert_query`` and the backend's
-    ``create_cursor`` names the cursor class; if either changed, compare them with
-    ``omnigent_site/runtime/sqlite3/base.py`` and update these fingerprints."""
-    import hashlib
-    import inspect
-    import textwrap
-
-    from django.db.backends.sqlite3 import base as django_sqlite
-
-    def fingerprint(function: object) -> str:
-        source = textwrap.dedent(inspect.getsource(function))  # type: ignore[arg-type]
-        return hashlib.sha256(source.encode()).hexdigest()[:16]
-
-    assert fingerprint(django_sqlite.SQLiteCursorWrapper.convert_query) == "d0e1c07e8bdff5f5"
-    assert fingerprint(django_sqlite.DatabaseWrapper.create_cursor) == "5c3e4a272c024588"
