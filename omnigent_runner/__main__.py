@@ -9,6 +9,7 @@ ever contains the binding token.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -63,9 +64,24 @@ def _install_signal_handlers(loop: asyncio.AbstractEventLoop, tunnel: RunnerTunn
             logger.debug("cannot install a handler for %s", signum)
 
 
+def freeze_startup_objects() -> int:
+    """Keep what was loaded at startup out of the garbage collector's full passes.
+
+    The ``openai`` SDK with its pydantic models, httpx and aiohttp leave tens of
+    thousands of objects that live as long as the runner, and every full collection
+    walked them all while a turn's tokens were streaming (``docs/performance.md``,
+    stage 9). The server does the same (``omnigent_site/runtime/server.py``).
+    Returns how many objects are frozen.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
+
+
 async def _serve(config: RunnerConfig) -> int:
     # Built inside the loop, so the executor may create tasks or loop-bound objects.
     executor = build_executor(config)
+    freeze_startup_objects()  # after the executor's imports (the LLM client's above all)
     tunnel = RunnerTunnel(
         config,
         executor,

@@ -13,8 +13,10 @@ from .health import health
 
 urlpatterns = [
     # The API first: Django tries routes in order, and every route tried before the
-    # match costs time on each request (pollers ask many times a second). The session
-    # routes first among them, the hottest of all.
+    # match costs time on each request (pollers ask many times a second). The snapshot
+    # and the message POST first of all (runners/session_urls.py), then the session
+    # routes.
+    path("v1/", include("runners.session_urls")),
     path("v1/", include("sessions.urls")),
     path("v1/", include("runners.urls")),
     path("v1/", include("workspaces.urls")),

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import approval_views, session_views, views, workspace_views
+from . import approval_views, views, workspace_views
 
 _ENVIRONMENT = "sessions/<str:session_id>/resources/environments/<str:env>"
 
@@ -16,16 +16,6 @@ urlpatterns = [
         name="workspace-path",
     ),
     path(f"{_ENVIRONMENT}/search", workspace_views.SearchView.as_view(), name="workspace-search"),
-    path(
-        "sessions/<str:session_id>",
-        session_views.SessionDetailView.as_view(),
-        name="session-detail",
-    ),
-    path(
-        "sessions/<str:session_id>/events",
-        session_views.SessionEventsView.as_view(),
-        name="session-events",
-    ),
     path(
         "sessions/<str:session_id>/elicitations/<str:elicitation_id>/resolve",
         approval_views.ElicitationResolveView.as_view(),

@@ -1,18 +1,12 @@
 from django.urls import path
 
-from . import approval_views, file_views, stream_views, updates_views, views
+from . import approval_views, file_views, stream_views, views
 
 urlpatterns = [
     path("me", views.MeView.as_view(), name="me"),
     path("agents", views.AgentListView.as_view(), name="agent-list"),
     path("agents/<str:agent_id>", views.AgentDetailView.as_view(), name="agent-detail"),
     path("sessions", views.SessionListView.as_view(), name="session-list"),
-    # Before any ``sessions/<session_id>`` route (runners.urls holds the detail view).
-    path(
-        "sessions/updates",
-        updates_views.SessionUpdatesView.as_view(),
-        name="session-updates",
-    ),
     path("sessions/<str:session_id>/items", views.SessionItemsView.as_view(), name="session-items"),
     path("sessions/<str:session_id>/agent", views.SessionAgentView.as_view(), name="session-agent"),
     path(

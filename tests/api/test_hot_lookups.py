@@ -487,3 +487,30 @@ def test_insert_row_stores_what_create_stores(
     assert {
         k: v for k, v in field_values(Item.objects.get(seq=ours.seq)).items() if k not in different
     } == {k: v for k, v in field_values(created).items() if k not in different}
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/v1/sessions/conv_1", "session-detail"),
+        ("/v1/sessions/conv_1/events", "session-events"),
+        ("/v1/sessions/updates", "session-updates"),
+    ],
+)
+def test_the_hottest_routes_are_tried_first(path: str, name: str) -> None:
+    """The snapshot and the message ``POST`` resolve in the URLconf's first ``include``
+    (runners/session_urls.py), so no other route list is tried on the way; and
+    ``sessions/updates`` is not taken for a session id."""
+    from django.urls import get_resolver
+
+    first = get_resolver().url_patterns[0]
+    assert first.resolve(path.lstrip("/")).url_name == name
+
+
+def test_the_routes_after_the_hottest_still_resolve() -> None:
+    from django.urls import resolve
+
+    assert resolve("/v1/sessions").url_name == "session-list"
+    assert resolve("/v1/sessions/conv_1/items").url_name == "session-items"
+    assert resolve("/v1/sessions/conv_1/policies").url_name == "session-policies"
+    assert resolve("/v1/runners/r_1").url_name == "runner-detail"

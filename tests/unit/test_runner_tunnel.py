@@ -658,6 +658,25 @@ def test_tunnel_module_does_not_import_django() -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_startup_objects_are_frozen_out_of_full_collections() -> None:
+    """Once the executor's modules are loaded (the ``openai`` SDK above all), what was
+    loaded is frozen: full collections during turns no longer walk it."""
+    code = (
+        "import gc\n"
+        "import omnigent_runner.agent  # what build_executor imports\n"
+        "from omnigent_runner.__main__ import freeze_startup_objects\n"
+        "import openai\n"
+        "frozen = freeze_startup_objects()\n"
+        "assert frozen > 10_000 and frozen == gc.get_freeze_count(), frozen\n"
+        "gc.collect()\n"
+        "walked = {id(o) for o in gc.get_objects(generation=2)}\n"
+        "assert id(vars(openai)) not in walked\n"
+        "assert id(vars(omnigent_runner.agent)) not in walked\n"
+    )
+    result = _run_python(["-c", code], {})
+    assert result.returncode == 0, result.stderr
+
+
 async def test_stop_while_disconnected_returns_zero(
     server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
 ) -> None:
