@@ -654,8 +654,7 @@ def test_tunnel_module_does_not_import_django() -> None:
         "assert not any(m == 'django' or m.startswith('django.') for m in sys.modules), "
         "sorted(m for m in sys.modules if m.startswith('django'))\n"
     )
-    result = _run_python(["-c", code], {})
-    assert result.returncode == 0, result.stderr
+    _assert_runs(code)
 
 
 def test_startup_objects_are_frozen_out_of_full_collections() -> None:
@@ -673,6 +672,11 @@ def test_startup_objects_are_frozen_out_of_full_collections() -> None:
         "assert id(vars(openai)) not in walked\n"
         "assert id(vars(omnigent_runner.agent)) not in walked\n"
     )
+    _assert_runs(code)
+
+
+def _assert_runs(code: str) -> None:
+    """``code`` runs to its end in a fresh interpreter (its asserts all hold)."""
     result = _run_python(["-c", code], {})
     assert result.returncode == 0, result.stderr
 
