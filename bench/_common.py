@@ -395,6 +395,22 @@ class StubRunner:
             json.dumps({"type": "event", "session_id": session_id, "seq": seq, "event": event})
         )
 
+    async def send_events(
+        self, session_id: str, first_seq: int, events: list[dict[str, Any]], *, batched: bool
+    ) -> None:
+        """``events`` numbered from ``first_seq``: one ``events`` message, or one ``event``
+        message each, as a runner without batches sends them."""
+        assert self.ws is not None
+        frames = [
+            {"type": "event", "session_id": session_id, "seq": first_seq + n, "event": event}
+            for n, event in enumerate(events)
+        ]
+        if batched:
+            await self.ws.send(json.dumps({"type": "events", "events": frames}))
+            return
+        for frame in frames:
+            await self.ws.send(json.dumps(frame))
+
     async def close(self) -> None:
         if self.ws is not None:
             with contextlib.suppress(Exception):

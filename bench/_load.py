@@ -115,15 +115,17 @@ def merge_meter_reports(reports: Sequence[dict[str, Any]]) -> dict[str, Any]:
     merged: dict[str, Any] = {
         "bytes": {"up": 0, "down": 0},
         "messages": {"up": {}, "down": {}},
+        "batched": {"up": {}, "down": {}},
         "connections": 0,
     }
     for report in reports:
         merged["connections"] += report.get("connections", 0)
         for direction in ("up", "down"):
             merged["bytes"][direction] += report["bytes"][direction]
-            table = merged["messages"][direction]
-            for kind, count in report["messages"][direction].items():
-                table[kind] = table.get(kind, 0) + count
+            for name in ("messages", "batched"):
+                table = merged[name][direction]
+                for kind, count in report.get(name, {}).get(direction, {}).items():
+                    table[kind] = table.get(kind, 0) + count
     return merged
 
 
@@ -140,6 +142,13 @@ def meter_delta(before: dict[str, Any], after: dict[str, Any], turns: int) -> di
         out[f"messages_{direction}_per_turn"] = round(sum(delta.values()) / turns, 2)
         out[f"by_type_{direction}_per_turn"] = {
             k: round(v / turns, 2) for k, v in sorted(delta.items())
+        }
+        # What the ``events``/``event.acks`` messages carried, by the same kinds.
+        kinds = after.get("batched", {}).get(direction, {})
+        old = before.get("batched", {}).get(direction, {})
+        batched = {k: kinds[k] - old.get(k, 0) for k in kinds if kinds[k] - old.get(k, 0)}
+        out[f"batched_{direction}_per_turn"] = {
+            k: round(v / turns, 2) for k, v in sorted(batched.items())
         }
     return out
 

@@ -10,8 +10,9 @@ runner programs: runner i dials server i (through its meter). Every turn is one
 streamed text reply of ``--words`` words. It measures:
 
 1. the floor: a trivial async view (``GET /bench/noop``), ``GET /health``, a bare
-   WebSocket ping/pong through the tunnel, and one runner event → ``event.ack`` (a text
-   delta, from a stub runner); below them, daphne alone serving ``bench/bare_asgi.py``
+   WebSocket ping/pong through the tunnel, one runner event → ``event.ack`` (a text
+   delta, from a stub runner), and a turn's worth of events at once as eight ``event``
+   messages against one ``events`` message (server CPU per event); below them, daphne alone serving ``bench/bare_asgi.py``
    (no Django), which the trivial view is compared with;
 2. one snapshot ``GET /v1/sessions/{id}`` of a session with 10 and with 100 items, and
    the ``304`` path: the 100-item GET with ``If-None-Match`` of the ETag a first GET
@@ -557,9 +558,55 @@ async def floor(
             "server_cpu_ms": round(cpu * 1000 / n, 3),
             "sql": sql_delta(q0, await sql_counters(client), n),
         }
+        out.update(await event_bursts(stub, server_pid, session_id, response_id, n + 1, args))
     finally:
         await stub.close()
     return out
+
+
+BURST = 8  # a text turn's events: status, created, deltas, item, completed, status
+BURSTS_PER_BLOCK = 10
+
+
+async def event_bursts(
+    stub: StubRunner,
+    server_pid: int,
+    session_id: str,
+    response_id: str,
+    first_seq: int,
+    args: argparse.Namespace,
+) -> dict[str, dict[str, Any]]:
+    """A turn's worth of events at once, as eight ``event`` messages and as one
+    ``events`` message (docs/protocol.md, Batches): server CPU per event and the time
+    from the first send to the last event's ``event.ack``. The two kinds alternate in
+    blocks of ten bursts, so the machine's drift falls on both alike."""
+    delta = {
+        "type": "response.output_text.delta",
+        "response_id": response_id,
+        "item_id": "item_floor",
+        "delta": "word ",
+    }
+    samples: dict[str, list[float]] = {"event_burst_single": [], "event_burst_batched": []}
+    cpu: dict[str, float] = dict.fromkeys(samples, 0.0)
+    seq = first_seq
+    blocks = max(1, args.floor_requests // (BURST * BURSTS_PER_BLOCK))
+    for _ in range(blocks):
+        for name in samples:
+            cpu0 = cpu_seconds(server_pid)
+            for _ in range(BURSTS_PER_BLOCK):
+                t0 = time.perf_counter()
+                await stub.send_events(
+                    session_id, seq, [delta] * BURST, batched=name.endswith("batched")
+                )
+                seq += BURST
+                await stub.wait_acked(session_id, seq - 1, 10)
+                samples[name].append(time.perf_counter() - t0)
+            cpu[name] += cpu_seconds(server_pid) - cpu0
+    events = blocks * BURSTS_PER_BLOCK * BURST
+    return {
+        name: {**summary_ms(samples[name]), "server_cpu_ms": round(cpu[name] * 1000 / events, 3)}
+        for name in samples
+    }
 
 
 # --------------------------------------------------------------------------- 2. snapshot GET
@@ -1041,7 +1088,15 @@ def flatten(run: dict[str, Any]) -> dict[str, float]:
             flat[name] = float(value)
 
     fl = run.get("floor", {})
-    for key in ("bare_daphne", "noop", "health", "ws_ping", "event_ack"):
+    for key in (
+        "bare_daphne",
+        "noop",
+        "health",
+        "ws_ping",
+        "event_ack",
+        "event_burst_single",
+        "event_burst_batched",
+    ):
         if key in fl:
             put(f"floor.{key}.p50_ms", fl[key]["p50_ms"])
             put(f"floor.{key}.server_cpu_ms", fl[key]["server_cpu_ms"])
@@ -1087,6 +1142,8 @@ def flatten(run: dict[str, Any]) -> dict[str, float]:
                 for direction in ("up", "down"):
                     put(f"{base}.tunnel_msgs_{direction}", tunnel[f"messages_{direction}_per_turn"])
                     put(f"{base}.tunnel_bytes_{direction}", tunnel[f"bytes_{direction}_per_turn"])
+                    batched = tunnel.get(f"batched_{direction}_per_turn", {})
+                    put(f"{base}.tunnel_batched_{direction}", round(sum(batched.values()), 2))
             for key in (
                 "polls_per_turn",
                 "polls_304_per_turn",

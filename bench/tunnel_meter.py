@@ -5,7 +5,8 @@
 WebSocket frames going by (after the HTTP upgrade) and counts, per direction
 (``up``: runner → server, ``down``: server → runner), bytes on the wire, messages by
 frame type (``event`` frames by the event's own type: ``event:response.output_text.delta``)
-and control frames. A line ``report`` on stdin prints the counts as one JSON line.
+and control frames, and apart from them the elements inside ``events`` and ``event.acks``
+batches (``batched``, by the same kinds). A line ``report`` on stdin prints the counts as one JSON line.
 
 It runs outside the benchmark process so the clients' load never delays the tunnel,
 and it never drops or changes a byte (``testing/chaos_proxy.py`` is the one that does).
@@ -29,18 +30,39 @@ class Counter:
     def __init__(self) -> None:
         self.bytes: dict[str, int] = {"up": 0, "down": 0}
         self.messages: dict[str, dict[str, int]] = {"up": {}, "down": {}}
+        self.batched: dict[str, dict[str, int]] = {"up": {}, "down": {}}
         self.connections = 0
 
-    def add(self, direction: str, kind: str) -> None:
-        table = self.messages[direction]
+    def add(self, direction: str, kind: str, table_name: str = "messages") -> None:
+        table = getattr(self, table_name)[direction]
         table[kind] = table.get(kind, 0) + 1
 
     def report(self) -> dict[str, Any]:
         return {
             "bytes": dict(self.bytes),
             "messages": self.messages,
+            "batched": self.batched,
             "connections": self.connections,
         }
+
+
+BATCH_LISTS = {"events": "events", "event.acks": "acks"}
+
+
+def batch_elements(payload: bytes) -> list[str]:
+    """The kinds of the elements of an ``events`` or ``event.acks`` message."""
+    try:
+        frame = json.loads(payload)
+        elements = frame[BATCH_LISTS[frame["type"]]]
+        return [message_kind(json.dumps(element).encode(), 1, False) for element in elements]
+    except (ValueError, KeyError, TypeError):
+        return ["?"]
+
+
+def unmask(data: bytes, mask: bytes) -> bytes:
+    """A client frame's payload, unmasked (one XOR over the whole payload)."""
+    key = (mask * (len(data) // 4 + 1))[: len(data)]
+    return (int.from_bytes(data, "big") ^ int.from_bytes(key, "big")).to_bytes(len(data), "big")
 
 
 def message_kind(payload_head: bytes, opcode: int, compressed: bool) -> str:
@@ -103,8 +125,13 @@ class FrameParser:
             return False
         head = bytes(buf[pos : pos + min(length, PEEK)])
         if masked:
-            head = bytes(b ^ mask[i % 4] for i, b in enumerate(head))
-        self.counter.add(self.direction, message_kind(head, opcode, compressed))
+            head = unmask(head, mask)
+        kind = message_kind(head, opcode, compressed)
+        self.counter.add(self.direction, kind)
+        if kind in BATCH_LISTS:
+            payload = bytes(buf[pos : pos + length])
+            for element in batch_elements(unmask(payload, mask) if masked else payload):
+                self.counter.add(self.direction, element, "batched")
         del buf[: pos + length]
         return True
 

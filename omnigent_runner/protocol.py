@@ -25,6 +25,7 @@ Validation rules (docs/protocol.md, "Where the protocol lives"):
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar, get_args
 
@@ -41,6 +42,8 @@ from omnigent_runner.json_text import (
     shallow,
     too_deep_message,
 )
+
+logger = logging.getLogger(__name__)
 
 JsonObject: TypeAlias = dict[str, Any]
 # Command ids are chosen by the server (``cmd-<generation>-<n>``); the runner echoes any
@@ -174,6 +177,9 @@ class Welcome(Frame, tag="welcome", kw_only=True, frozen=True):
     runner_id: str
     heartbeat_s: Annotated[float, Meta(gt=0)]
     sessions: list[SessionCursor] = []
+    # The server takes ``events`` frames (an addition to the spec); an older server
+    # leaves it out, and its runners send one ``event`` frame per event.
+    event_batches: bool = False
 
 
 class Ping(Frame, tag="ping", kw_only=True, frozen=True):
@@ -404,6 +410,32 @@ class EventAck(Frame, tag="event.ack", kw_only=True, frozen=True):
     seq: Cursor
 
 
+# The ``hello`` capability (runner: reads ``event.acks``) and the ``welcome`` field
+# (server: takes ``events``) of batched event delivery.
+EVENT_BATCHES = "event_batches"
+
+
+class EventBatch(Frame, tag="events", kw_only=True, frozen=True):
+    """Runner → server: consecutive ``event`` frames in one message, in their order.
+
+    An addition to the spec, sent only to a server whose ``welcome`` has
+    ``event_batches``. Each element is a whole ``event`` frame and is read as one: a
+    batch changes how many messages cross the socket, never what is stored or acked.
+    """
+
+    events: list[EventFrame]
+
+
+class EventAcks(Frame, tag="event.acks", kw_only=True, frozen=True):
+    """Server → runner: several sessions' cumulative ``event.ack`` in one message.
+
+    An addition to the spec, sent only to a runner whose ``hello`` capabilities have
+    ``event_batches``.
+    """
+
+    acks: list[EventAck]
+
+
 # --- server-internal channel-layer messages ------------------------------------------------
 
 
@@ -452,8 +484,8 @@ AnyCommand: TypeAlias = (
     | ApprovalVerdict
 )
 C = TypeVar("C", bound=Command)
-RunnerFrame: TypeAlias = Hello | Pong | Ack | Nack | RpcResult | EventFrame
-ServerFrame: TypeAlias = Welcome | Ping | EventAck | AnyCommand
+RunnerFrame: TypeAlias = Hello | Pong | Ack | Nack | RpcResult | EventFrame | EventBatch
+ServerFrame: TypeAlias = Welcome | Ping | EventAck | EventAcks | AnyCommand
 AnyChannelMessage: TypeAlias = TunnelCommand | TunnelReply | TunnelReplaced | TunnelRevoked
 
 
@@ -486,6 +518,12 @@ _encoder = msgspec.json.Encoder()
 class _EventEnvelope(Struct):
     session_id: str
     seq: Seq
+
+
+class _RawEventBatch(Struct):
+    """An ``events`` frame with its elements left unparsed, to read them one by one."""
+
+    events: list[msgspec.Raw]
 
 
 def decode_runner_frame(data: str | bytes, *, max_depth: int = DEFAULT_FRAME_DEPTH) -> RunnerFrame:
@@ -598,6 +636,8 @@ def _runner_fallback(data: str | bytes, exc: msgspec.ValidationError) -> RunnerF
     loose = _loose_decoder.decode(data)
     if error.frame_type == "hello" and not _is_version(loose.get("protocol")):
         raise _unsupported(loose.get("protocol"))
+    if error.frame_type == "events":
+        return _event_batch_by_element(data, error)
     if error.frame_type == "event":
         try:
             envelope = msgspec.convert(loose, _EventEnvelope)
@@ -632,6 +672,8 @@ def _too_deep_runner_frame(data: str | bytes, max_depth: int) -> RunnerFrame:
     """An ``event`` frame with a readable envelope is kept (its payload skipped, its seq
     acknowledged, as for any payload that cannot be parsed); anything else is an error."""
     error = _too_deep(data, max_depth, RUNNER_FRAME_TYPES)
+    if error.frame_type == "events":
+        return _event_batch_by_element(data, error, max_depth=max_depth)
     if error.frame_type != "event":
         raise error
     text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
@@ -644,6 +686,36 @@ def _too_deep_runner_frame(data: str | bytes, max_depth: int) -> RunnerFrame:
         seq=envelope.seq,
         event=UnparsedEvent(raw=None, error=error.message),
     )
+
+
+def _event_batch_by_element(
+    data: str | bytes, error: ProtocolError, *, max_depth: int = DEFAULT_FRAME_DEPTH
+) -> EventBatch:
+    """An ``events`` frame the typed decoder refused, read element by element.
+
+    Each element is decoded as if it had come as a frame of its own, with the same
+    nesting limit, so a batch changes nothing about what is stored, skipped or acked:
+    an event whose payload cannot be parsed comes back as an :class:`UnparsedEvent`
+    (stored as skipped and acknowledged), and an element that is not a valid ``event``
+    frame is dropped with a warning, unacknowledged, as a lone invalid frame is ignored.
+    A batch whose element list itself cannot be read raises ``error``.
+    """
+    try:
+        raw = msgspec.json.decode(data, type=_RawEventBatch)
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        raise error from None
+    events: list[EventFrame] = []
+    for element in raw.events:
+        try:
+            frame = decode_runner_frame(bytes(element), max_depth=max_depth)
+        except ProtocolError as exc:
+            logger.warning("ignored an element of an events frame: %s", exc)
+            continue
+        if type(frame) is not EventFrame:
+            logger.warning("ignored a %s frame inside an events frame", frame_type(frame))
+            continue
+        events.append(frame)
+    return EventBatch(events=events)
 
 
 def _is_version(value: Any) -> bool:

@@ -30,10 +30,12 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketExce
 
 from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION
 from omnigent_runner.config import RunnerConfig
+from omnigent_runner.event_batches import pack_messages
 from omnigent_runner.executor import CommandRejected, SessionExecutor
 from omnigent_runner.outbox import DEFAULT_MAX_UNACKED, Outbox
 from omnigent_runner.protocol import (
     COMMAND_TYPES,
+    EVENT_BATCHES,
     INVALID,
     SERVER_FRAME_TYPES,
     UNKNOWN_TYPE,
@@ -43,6 +45,7 @@ from omnigent_runner.protocol import (
     ApprovalVerdict,
     ErrorInfo,
     EventAck,
+    EventAcks,
     Frame,
     Hello,
     Nack,
@@ -344,16 +347,17 @@ class RunnerTunnel:
             protocol=PROTOCOL_VERSION,
             runner_version=RUNNER_VERSION,
             workspace=self._workspace_info,
-            capabilities=self._capabilities,
+            capabilities={**self._capabilities, EVENT_BATCHES: True},
             open_sessions=self._open_session_ids(),
         )
         if self._hello_extra:
             hello = msgspec.structs.replace(hello, **self._hello_extra)
         async with asyncio.timeout(self._send_timeout):
             await ws.send(encode(hello))
-        heartbeat_s = await self._await_welcome(ws)
-        if heartbeat_s is None:
+        welcome = await self._await_welcome(ws)
+        if welcome is None:
             return
+        heartbeat_s = float(welcome.heartbeat_s)
 
         queue: asyncio.Queue[Frame] = asyncio.Queue()
         resend = self._outbox.pending()
@@ -367,7 +371,7 @@ class RunnerTunnel:
             heartbeat_s,
             len(resend),
         )
-        sender = asyncio.create_task(self._send_loop(ws, queue))
+        sender = asyncio.create_task(self._send_loop(ws, queue, batch_events=welcome.event_batches))
         try:
             await self._receive_loop(ws, heartbeat_s, queue)
         finally:
@@ -381,8 +385,8 @@ class RunnerTunnel:
             logger.exception("executor.open_session_ids() failed; reporting none")
             return []
 
-    async def _await_welcome(self, ws: ClientConnection) -> float | None:
-        """Wait (with a deadline) for ``welcome``; apply it and return the heartbeat.
+    async def _await_welcome(self, ws: ClientConnection) -> Welcome | None:
+        """Wait (with a deadline) for ``welcome``; apply it and return it.
 
         Anything else before it is ignored, except ``ping``; an invalid ``welcome`` is
         ignored like any invalid frame, so the deadline passes and the runner dials again.
@@ -409,30 +413,36 @@ class RunnerTunnel:
             )
         for cursor in frame.sessions:
             self._outbox.resync(cursor.session_id, cursor.last_acked_seq)
-        return float(frame.heartbeat_s)
+        return frame
 
-    async def _send_loop(self, ws: ClientConnection, queue: asyncio.Queue[Frame]) -> None:
-        """The only writer after the handshake, so frames leave in queue order."""
+    async def _send_loop(
+        self, ws: ClientConnection, queue: asyncio.Queue[Frame], *, batch_events: bool
+    ) -> None:
+        """The only writer after the handshake, so frames leave in queue order.
+
+        It takes everything queued when it wakes; with ``batch_events`` (the server's
+        ``welcome`` offered it) runs of events among them leave as one ``events``
+        message each (``omnigent_runner.event_batches``).
+        """
         while True:
-            frame = await queue.get()
-            try:
-                text = encode(frame)
-            except ProtocolError as exc:
-                logger.error("dropping a frame that cannot be encoded: %s", exc)
-                continue
-            try:
-                async with asyncio.timeout(self._send_timeout):
-                    await ws.send(text)
-            except TimeoutError:
-                # The server stopped reading; drop the connection so the receive loop
-                # ends and we reconnect (unacked events are resent from the outbox).
-                logger.warning(
-                    "send stalled for %.1f s; dropping the connection", self._send_timeout
-                )
-                ws.transport.abort()
-                return
-            except ConnectionClosed:
-                return
+            frames = [await queue.get()]
+            while not queue.empty():
+                frames.append(queue.get_nowait())
+            for data in pack_messages(frames, batch_events=batch_events):
+                try:
+                    async with asyncio.timeout(self._send_timeout):
+                        await ws.send(data, text=True)
+                except TimeoutError:
+                    # The server stopped reading; drop the connection so the receive
+                    # loop ends and we reconnect (unacked events are resent from the
+                    # outbox).
+                    logger.warning(
+                        "send stalled for %.1f s; dropping the connection", self._send_timeout
+                    )
+                    ws.transport.abort()
+                    return
+                except ConnectionClosed:
+                    return
 
     async def _receive_loop(
         self, ws: ClientConnection, heartbeat_s: float, queue: asyncio.Queue[Frame]
@@ -497,6 +507,9 @@ class RunnerTunnel:
             reply(Pong(ts=frame.ts))
         elif isinstance(frame, EventAck):
             self._outbox.ack(frame.session_id, frame.seq)
+        elif isinstance(frame, EventAcks):
+            for ack in frame.acks:
+                self._outbox.ack(ack.session_id, ack.seq)
         elif isinstance(frame, Rpc):
             # An rpc can take seconds (a workspace search, a large read): it runs beside
             # the receive loop, so pings and commands behind it are not held up.

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from channels.consumer import get_handler_name
@@ -25,10 +26,13 @@ from django.conf import settings
 from omnigent_runner.json_text import FRAME_DEPTH_MARGIN
 from omnigent_runner.protocol import (
     ANSWER_TYPES,
+    EVENT_BATCHES,
     Ack,
     AnyCommand,
     ApprovalVerdict,
     EventAck,
+    EventAcks,
+    EventBatch,
     EventFrame,
     Frame,
     Hello,
@@ -98,6 +102,8 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         self.runner_id = self.scope["url_route"]["kwargs"]["runner_id"]
         self.generation = 0
         self.hello_seen = False
+        # Set by the hello: the runner reads ``event.acks`` (docs/protocol.md).
+        self.batched_acks = False
         self.closing = False
         self.last_frame = time.monotonic()
         self.last_seen_write = self.last_frame  # the hello writes ``last_seen_at``
@@ -141,6 +147,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             await self._close(CLOSE_BAD_HELLO)
             return
         open_ids = set(frame.open_sessions)
+        self.batched_acks = frame.capabilities.get(EVENT_BATCHES) is True
         connection = await database_sync_to_async(services.mark_connected)(
             runner_id=self.runner_id,
             channel_name=self.channel_name,
@@ -161,6 +168,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                     SessionCursor(session_id=r.session_id, last_acked_seq=r.last_acked_seq)
                     for r in resumes
                 ],
+                event_batches=True,
             )
         )
         log.info("runner %s online (generation %s)", self.runner_id, self.generation)
@@ -216,7 +224,9 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             return
         await self._touch()
         if type(frame) is EventFrame:
-            await self._event(frame)
+            self._store_events((frame,))
+        elif type(frame) is EventBatch:
+            self._store_events(frame.events)
         elif isinstance(frame, Ack | Nack | RpcResult):
             await self._answer(frame)
         elif type(frame) is not Pong:
@@ -251,10 +261,13 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 runner_id=self.runner_id, generation=self.generation
             )
 
-    async def _event(self, frame: EventFrame) -> None:
+    def _store_events(self, frames: Iterable[EventFrame]) -> None:
         # Stored by one writer task, in arrival order; events that arrive while it is
-        # busy are stored (and shown to watchers) together in its next round.
-        self.event_backlog.append((frame.session_id, frame.seq, frame.event))
+        # busy, or together in one ``events`` frame, are stored (and shown to
+        # watchers) together in its next round.
+        self.event_backlog.extend((frame.session_id, frame.seq, frame.event) for frame in frames)
+        if not self.event_backlog:
+            return
         if self.event_writer is None or self.event_writer.done():
             self.event_writer = asyncio.create_task(self._write_events())
 
@@ -270,12 +283,22 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 acks = await database_sync_to_async(services.record_runner_events)(
                     runner_id=self.runner_id, events=batch
                 )
-                for session_id, seq in acks.items():
-                    await self._send(EventAck(session_id=session_id, seq=seq))
+                await self._acknowledge(acks)
         except Exception as exc:
             # Nothing unacknowledged is lost: the runner resends it after reconnecting.
             log.exception("tunnel %s: storing runner events failed", self.runner_id)
             await self._close(close_code_for(exc))
+
+    async def _acknowledge(self, acks: dict[str, int]) -> None:
+        """One ``event.ack`` per session, or all of them in one ``event.acks`` frame
+        for a runner that reads it."""
+        if self.batched_acks and len(acks) > 1:
+            await self._send(
+                EventAcks(acks=[EventAck(session_id=s, seq=seq) for s, seq in acks.items()])
+            )
+            return
+        for session_id, seq in acks.items():
+            await self._send(EventAck(session_id=session_id, seq=seq))
 
     async def _finish_event_writer(self) -> None:
         """Store the events that arrived before the socket closed, within a deadline.

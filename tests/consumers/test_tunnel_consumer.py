@@ -332,6 +332,7 @@ async def test_hello_gets_welcome_and_marks_the_runner_online(
         "runner_id": runner.id,
         "heartbeat_s": settings.OMNIGENT_HEARTBEAT_S,
         "sessions": [{"session_id": bound_session.id, "last_acked_seq": 0}],
+        "event_batches": True,
     }
     row = await in_db(runner_row)(runner.id)
     assert row.online
@@ -740,6 +741,97 @@ async def test_a_burst_of_events_is_stored_in_order_and_acknowledged_up_to_the_l
     assert await in_db(done_events)(sid) == [f"item_b{seq}" for seq in range(1, 41)]
     session = await in_db(Session.objects.get)(pk=sid)
     assert session.last_runner_seq == 40
+
+
+def batch_of(*elements: tuple[str, int, Any]) -> dict[str, Any]:
+    """An ``events`` frame as the runner sends it."""
+    return {
+        "type": "events",
+        "events": [
+            {"type": "event", "session_id": sid, "seq": seq, "event": event}
+            for sid, seq, event in elements
+        ],
+    }
+
+
+async def test_an_events_frame_is_stored_as_its_events_would_be_alone(
+    tunnels: Tunnels, registered: tuple[Runner, str], bound_session: Session
+) -> None:
+    """Duplicates, an unreadable payload and an invalid envelope inside a batch are
+    handled as they are in single frames; the rest is stored in order."""
+    _runner, token = registered
+    response = await open_turn(bound_session)
+    comm, _ = await tunnels.online(token, open_sessions=[bound_session.id])
+    sid = bound_session.id
+    await send_event(comm, sid, 1, item_done(response.id, "item_c1"))
+    await comm.send_json_to(
+        batch_of(
+            (sid, 1, item_done(response.id, "item_c1")),  # a duplicate
+            (sid, 2, item_done(response.id, "item_c2")),
+            (sid, 0, item_done(response.id, "item_bad")),  # invalid envelope: dropped
+            (sid, 3, {"type": "from.a.newer.runner"}),  # skipped, still acknowledged
+            (sid, 4, item_done(response.id, "item_c4")),
+        )
+    )
+    acked = 0
+    while acked < 4:
+        ack = await receive(comm)
+        # This runner did not offer event_batches in its hello: plain acks.
+        assert ack["type"] == "event.ack" and ack["session_id"] == sid, ack
+        acked = ack["seq"]
+    assert await in_db(done_events)(sid) == ["item_c1", "item_c2", "item_c4"]
+    assert await in_db(item_count)(sid, "item_bad") == 0
+    assert (await in_db(Session.objects.get)(pk=sid)).last_runner_seq == 4
+
+
+async def test_a_runner_that_reads_event_acks_gets_several_sessions_acked_at_once(
+    tunnels: Tunnels,
+    registered: tuple[Runner, str],
+    bound_session: Session,
+    alice: Any,
+    make_bundle: Callable[..., bytes],
+) -> None:
+    runner, token = registered
+    other = await in_db(create_session_from_bundle)(user=alice, data=make_bundle())
+    await in_db(lambda: Session.objects.filter(pk=other.pk).update(runner=runner))()
+    first, second = await open_turn(bound_session), await open_turn(other)
+    comm, welcome = await tunnels.online(
+        token,
+        open_sessions=[bound_session.id, other.id],
+        capabilities={"event_batches": True},
+    )
+    assert welcome["event_batches"] is True
+    await comm.send_json_to(
+        batch_of(
+            (bound_session.id, 1, item_done(first.id, "item_d1")),
+            (other.id, 1, item_done(second.id, "item_e1")),
+            (bound_session.id, 2, item_done(first.id, "item_d2")),
+        )
+    )
+    # One frame, so one writer round, so one acknowledgement for both sessions.
+    frame = await receive(comm)
+    assert frame == {
+        "type": "event.acks",
+        "acks": [
+            {"type": "event.ack", "session_id": bound_session.id, "seq": 2},
+            {"type": "event.ack", "session_id": other.id, "seq": 1},
+        ],
+    }
+    # A round that stored one session's events alone gets a plain ack.
+    await comm.send_json_to(batch_of((other.id, 2, item_done(second.id, "item_e2"))))
+    assert await receive(comm) == {"type": "event.ack", "session_id": other.id, "seq": 2}
+    assert await in_db(done_events)(bound_session.id) == ["item_d1", "item_d2"]
+    assert await in_db(done_events)(other.id) == ["item_e1", "item_e2"]
+
+
+async def test_an_events_frame_whose_list_cannot_be_read_is_ignored(
+    tunnels: Tunnels, registered: tuple[Runner, str], bound_session: Session
+) -> None:
+    _runner, token = registered
+    comm, _ = await tunnels.online(token, open_sessions=[bound_session.id])
+    await comm.send_json_to({"type": "events", "events": {"not": "a list"}})
+    await comm.send_json_to({"type": "events", "events": []})
+    await probe(comm)  # still open, and nothing was acknowledged before the probe
 
 
 async def test_unacknowledged_events_resent_after_reconnect_are_stored_once(

@@ -100,6 +100,15 @@ FRAMES: dict[str, Callable[[], p.Frame]] = {
         session_id="conv_1", seq=1, event=p.ResponseCreated(response_id="resp_1")
     ),
     "event.ack": lambda: p.EventAck(session_id="conv_1", seq=1),
+    "events": lambda: p.EventBatch(
+        events=[
+            p.EventFrame(session_id="conv_1", seq=1, event=p.ResponseCreated(response_id="r")),
+            p.EventFrame(session_id="conv_2", seq=4, event=p.SessionStatus(status="idle")),
+        ]
+    ),
+    "event.acks": lambda: p.EventAcks(
+        acks=[p.EventAck(session_id="conv_1", seq=1), p.EventAck(session_id="conv_2", seq=4)]
+    ),
 }
 
 # Every event payload (``event.type``).
@@ -456,3 +465,83 @@ def test_a_runners_nack_error_always_has_a_code_and_a_message() -> None:
     assert tunnel_errors.nack_error(p.ErrorInfo(code="busy")) == p.ErrorInfo(
         code="busy", message="the runner rejected the command"
     )
+
+
+# --- events frames: a batch is read as its elements would be alone ------------------------
+
+
+def event_text(seq: int, event: str = '{"type": "response.created", "response_id": "r"}') -> str:
+    return f'{{"type": "event", "session_id": "s", "seq": {seq}, "event": {event}}}'
+
+
+def batch_text(*elements: str) -> str:
+    return '{"type": "events", "events": [' + ", ".join(elements) + "]}"
+
+
+def test_an_unreadable_payload_in_a_batch_is_unparsed_and_the_rest_kept() -> None:
+    frame = p.decode_runner_frame(
+        batch_text(event_text(1), event_text(2, '{"type": "from.a.newer.runner"}'), event_text(3))
+    )
+    assert isinstance(frame, p.EventBatch)
+    assert [(f.seq, type(f.event)) for f in frame.events] == [
+        (1, p.ResponseCreated),
+        (2, p.UnparsedEvent),
+        (3, p.ResponseCreated),
+    ]
+
+
+def test_elements_of_a_batch_that_are_no_event_frames_are_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    frame = p.decode_runner_frame(
+        batch_text(
+            event_text(1),
+            '{"type": "event", "session_id": "s", "seq": 0, "event": {}}',  # bad envelope
+            '{"type": "ack", "id": "cmd-1"}',  # a valid frame, but no event
+            event_text(4),
+        )
+    )
+    assert isinstance(frame, p.EventBatch)
+    assert [f.seq for f in frame.events] == [1, 4]
+    assert "events frame" in caplog.text
+
+
+def test_a_batch_deeper_than_the_limit_is_read_element_by_element() -> None:
+    """Each element is held to the limit it would meet alone, not the batch's depth."""
+    limit = p.DEFAULT_FRAME_DEPTH
+    # Alone, this element nests exactly ``limit`` levels deep: accepted.
+    payload = '{"type": "response.created", "response_id": "r", "x": ' + "[" * (limit - 2)
+    fits = event_text(1, payload + "]" * (limit - 2) + "}")
+    too_deep = event_text(2, payload + "[" + "]" * (limit - 1) + "}")
+    assert p.decode_runner_frame(fits) == p.decode_runner_frame(fits)  # alone: fine
+    frame = p.decode_runner_frame(batch_text(fits, too_deep, event_text(3)))
+    assert isinstance(frame, p.EventBatch)
+    assert [(f.seq, type(f.event)) for f in frame.events] == [
+        (1, p.ResponseCreated),
+        (2, p.UnparsedEvent),
+        (3, p.ResponseCreated),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"type": "events"}',
+        '{"type": "events", "events": {"a": 1}}',
+        '{"type": "events", "events": [' + "[" * 5000 + "]" * 5000 + "]}",
+    ],
+)
+def test_a_batch_whose_list_cannot_be_read_is_an_invalid_frame(text: str) -> None:
+    with pytest.raises(p.ProtocolError) as error:
+        p.decode_runner_frame(text)
+    assert (error.value.code, error.value.frame_type) == (p.INVALID, "events")
+
+
+def test_an_older_peer_ignores_the_batch_fields_of_the_handshake() -> None:
+    """A runner without batches reads a new welcome; a server reads a new hello."""
+    welcome = p.decode_server_frame(
+        '{"type": "welcome", "runner_id": "r", "heartbeat_s": 20, "event_batches": true}'
+    )
+    assert isinstance(welcome, p.Welcome) and welcome.event_batches
+    old = p.decode_server_frame('{"type": "welcome", "runner_id": "r", "heartbeat_s": 20}')
+    assert isinstance(old, p.Welcome) and not old.event_batches

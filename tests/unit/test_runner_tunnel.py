@@ -25,7 +25,7 @@ from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION
 from omnigent_runner.config import RunnerConfig
 from omnigent_runner.executor import CommandRejected, EventSink
 from omnigent_runner.identity import derive_runner_id
-from omnigent_runner.protocol import AgentRef, PolicyRule, Verdict
+from omnigent_runner.protocol import AgentRef, PolicyRule, Pong, Verdict
 from omnigent_runner.tunnel import TOKEN_HEADER, RunnerTunnel
 
 pytestmark = pytest.mark.timeout(30)
@@ -134,19 +134,21 @@ async def handshake(
     ws: ServerConnection,
     sessions: list[dict[str, Any]] | None = None,
     heartbeat_s: float = 20,
+    event_batches: bool | None = None,
 ) -> dict[str, Any]:
-    """Play the server's side of hello/welcome; return the runner's hello."""
+    """Play the server's side of hello/welcome; return the runner's hello. Without
+    ``event_batches`` the welcome is an older server's, which takes single events."""
     hello = await recv_frame(ws)
     assert hello["type"] == "hello"
-    await send_frame(
-        ws,
-        {
-            "type": "welcome",
-            "runner_id": RUNNER_ID,
-            "heartbeat_s": heartbeat_s,
-            "sessions": sessions or [],
-        },
-    )
+    welcome: dict[str, Any] = {
+        "type": "welcome",
+        "runner_id": RUNNER_ID,
+        "heartbeat_s": heartbeat_s,
+        "sessions": sessions or [],
+    }
+    if event_batches is not None:
+        welcome["event_batches"] = event_batches
+    await send_frame(ws, welcome)
     return hello
 
 
@@ -230,7 +232,7 @@ async def test_hello_carries_identity_workspace_and_open_sessions(
         "protocol": PROTOCOL_VERSION,
         "runner_version": RUNNER_VERSION,
         "workspace": {"root": str(tmp_path), "vcs": "none"},
-        "capabilities": {"isolate_sessions": False},
+        "capabilities": {"isolate_sessions": False, "event_batches": True},
         "open_sessions": ["sess_held"],
     }
     assert executor.sink is not None
@@ -514,6 +516,127 @@ async def test_events_emitted_while_disconnected_are_delivered_after_connect(
     await handshake(ws)
     frames = [await recv_frame(ws), await recv_frame(ws)]
     assert [(f["session_id"], f["seq"]) for f in frames] == [("s1", 1), ("s2", 1)]
+
+
+# ------------------------------------------------------------- event batches
+
+
+def created(response_id: str) -> dict[str, Any]:
+    return {"type": "response.created", "response_id": response_id}
+
+
+async def connected_with_batches(
+    server: FakeServer, start_tunnel: StartTunnel
+) -> tuple[RunnerTunnel, ServerConnection]:
+    """A runner welcomed by a server that takes ``events`` frames, its sender idle."""
+    tunnel, _ = await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws, event_batches=True)
+    await round_trip(ws)
+    return tunnel, ws
+
+
+async def test_events_queued_together_leave_as_one_batch_in_order(
+    server: FakeServer, start_tunnel: StartTunnel
+) -> None:
+    tunnel, ws = await connected_with_batches(server, start_tunnel)
+    # Emitted in one step of the loop: the sender finds all three queued.
+    tunnel.emit("s1", created("r1"))
+    tunnel.emit("s2", created("r2"))
+    tunnel.emit("s1", {"type": "response.completed", "response_id": "r1"})
+    batch = await recv_frame(ws)
+    assert batch["type"] == "events"
+    assert [(f["type"], f["session_id"], f["seq"]) for f in batch["events"]] == [
+        ("event", "s1", 1),
+        ("event", "s2", 1),
+        ("event", "s1", 2),
+    ]
+    assert batch["events"][1]["event"] == created("r2")
+    # A lone event leaves at once, as a plain event frame.
+    tunnel.emit("s2", {"type": "response.completed", "response_id": "r2"})
+    alone = await recv_frame(ws)
+    assert (alone["type"], alone["session_id"], alone["seq"]) == ("event", "s2", 2)
+
+
+async def test_an_older_server_gets_one_event_frame_per_event(
+    server: FakeServer, start_tunnel: StartTunnel
+) -> None:
+    tunnel, _ = await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws)  # no event_batches in the welcome
+    await round_trip(ws)
+    for n in range(3):
+        tunnel.emit("s1", created(f"r{n}"))
+    frames = [await recv_frame(ws) for _ in range(3)]
+    assert [(f["type"], f["seq"]) for f in frames] == [("event", 1), ("event", 2), ("event", 3)]
+
+
+async def test_other_frames_keep_their_place_between_batched_events(
+    server: FakeServer, start_tunnel: StartTunnel
+) -> None:
+    """A frame queued between events (here a pong) leaves between them."""
+    tunnel, ws = await connected_with_batches(server, start_tunnel)
+    # All of it is queued in one step of the loop, before the sender wakes.
+    tunnel.emit("s1", created("r1"))
+    tunnel.emit("s1", created("r2"))
+    queue = tunnel._live
+    assert queue is not None
+    queue.put_nowait(Pong(ts=5))
+    tunnel.emit("s1", created("r3"))
+    tunnel.emit("s1", created("r4"))
+    got = [await recv_frame(ws) for _ in range(3)]
+    assert [f["type"] for f in got] == ["events", "pong", "events"]
+    assert [f["seq"] for f in got[0]["events"]] == [1, 2]
+    assert [f["seq"] for f in got[2]["events"]] == [3, 4]
+
+
+async def test_event_acks_acknowledge_several_sessions_at_once(
+    server: FakeServer, start_tunnel: StartTunnel
+) -> None:
+    tunnel, ws = await connected_with_batches(server, start_tunnel)
+    tunnel.emit("s1", created("r1"))
+    tunnel.emit("s2", created("r2"))
+    tunnel.emit("s3", created("r3"))
+    assert len((await recv_frame(ws))["events"]) == 3
+    await send_frame(
+        ws,
+        {
+            "type": "event.acks",
+            "acks": [
+                {"type": "event.ack", "session_id": "s1", "seq": 1},
+                {"type": "event.ack", "session_id": "s3", "seq": 1},
+            ],
+        },
+    )
+    await round_trip(ws)
+    await ws.close(1011)
+    # Only the event no ack covered is resent after the reconnect.
+    ws = await server.accept()
+    await handshake(ws, event_batches=True)
+    resent = await recv_frame(ws)
+    assert (resent["type"], resent["session_id"], resent["seq"]) == ("event", "s2", 1)
+
+
+async def test_a_reconnect_resends_the_backlog_in_batches(
+    server: FakeServer, start_tunnel: StartTunnel
+) -> None:
+    server.refuse_status = 503
+    tunnel, _ = await start_tunnel()
+    for n in range(600):  # more than one batch holds
+        tunnel.emit(f"s{n % 3}", created(f"r{n}"))
+    server.refuse_status = None
+    ws = await server.accept()
+    await handshake(ws, event_batches=True)
+    seen: list[tuple[str, int]] = []
+    batches = 0
+    while len(seen) < 600:
+        frame = await recv_frame(ws)
+        assert frame["type"] == "events"
+        batches += 1
+        seen += [(f["session_id"], f["seq"]) for f in frame["events"]]
+    assert batches == 3  # 256 + 256 + 88
+    for session in ("s0", "s1", "s2"):
+        assert [seq for s, seq in seen if s == session] == list(range(1, 201))
 
 
 # ------------------------------------------------------------------ closures
