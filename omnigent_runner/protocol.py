@@ -540,7 +540,7 @@ def decode_runner_frame(data: str | bytes, *, max_depth: int = DEFAULT_FRAME_DEP
     try:
         frame = _runner_decoder.decode(data)
     except msgspec.ValidationError as exc:
-        return _runner_fallback(data, exc)
+        return _runner_fallback(data, exc, max_depth)
     except msgspec.DecodeError as exc:
         raise ProtocolError(MALFORMED, explain_decode_error(data, exc)) from None
     if type(frame) is Hello and frame.protocol != PROTOCOL_VERSION:
@@ -629,15 +629,17 @@ def _unsupported(version: Any) -> ProtocolError:
     )
 
 
-def _runner_fallback(data: str | bytes, exc: msgspec.ValidationError) -> RunnerFrame:
+def _runner_fallback(
+    data: str | bytes, exc: msgspec.ValidationError, max_depth: int
+) -> RunnerFrame:
     error = _explain(data, exc, RUNNER_FRAME_TYPES)
     if error.code != INVALID:
         raise error
+    if error.frame_type == "events":
+        return _event_batch_by_element(data, error, max_depth=max_depth)
     loose = _loose_decoder.decode(data)
     if error.frame_type == "hello" and not _is_version(loose.get("protocol")):
         raise _unsupported(loose.get("protocol"))
-    if error.frame_type == "events":
-        return _event_batch_by_element(data, error)
     if error.frame_type == "event":
         try:
             envelope = msgspec.convert(loose, _EventEnvelope)
@@ -689,7 +691,7 @@ def _too_deep_runner_frame(data: str | bytes, max_depth: int) -> RunnerFrame:
 
 
 def _event_batch_by_element(
-    data: str | bytes, error: ProtocolError, *, max_depth: int = DEFAULT_FRAME_DEPTH
+    data: str | bytes, error: ProtocolError, *, max_depth: int
 ) -> EventBatch:
     """An ``events`` frame the typed decoder refused, read element by element.
 

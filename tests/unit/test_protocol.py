@@ -545,3 +545,19 @@ def test_an_older_peer_ignores_the_batch_fields_of_the_handshake() -> None:
     assert isinstance(welcome, p.Welcome) and welcome.event_batches
     old = p.decode_server_frame('{"type": "welcome", "runner_id": "r", "heartbeat_s": 20}')
     assert isinstance(old, p.Welcome) and not old.event_batches
+
+
+def test_a_batch_read_element_by_element_keeps_the_callers_nesting_limit() -> None:
+    """One bad element sends the batch down the slow path; the others are still held
+    to the limit the server passed, not to the default one."""
+    limit = p.DEFAULT_FRAME_DEPTH + 40
+    levels = p.DEFAULT_FRAME_DEPTH + 10  # deeper than the default, within ``limit``
+    deep_payload = (
+        '{"type": "response.created", "response_id": "r", "x": ' + "[" * levels + "]" * levels + "}"
+    )
+    frame = p.decode_runner_frame(
+        batch_text(event_text(1, deep_payload), '{"type": "event", "seq": 0}'),
+        max_depth=limit,
+    )
+    assert isinstance(frame, p.EventBatch)
+    assert [(f.seq, type(f.event)) for f in frame.events] == [(1, p.ResponseCreated)]
