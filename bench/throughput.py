@@ -108,6 +108,7 @@ from bench._load import (  # noqa: E402
     open_streams,
     summarise_profile,
 )
+from omnigent_site.runtime.event_loop import EVENT_LOOPS  # noqa: E402
 from testing.processes import Process, base_env, free_port, migrate, spawn  # noqa: E402
 
 TURN_END = ("response.completed", "response.failed", "response.cancelled")
@@ -175,6 +176,7 @@ def start_stack(stack: contextlib.ExitStack, tmp: Path, args: argparse.Namespace
         env = sqlite_env(tmp, debug=False, name="db")
         env["DJANGO_SETTINGS_MODULE"] = SETTINGS
         migrate(env, tmp)
+    env["OMNIGENT_EVENT_LOOP"] = args.event_loop
     servers = [
         start_daphne(stack, env=env, tmp=tmp, name=process_name("daphne", i, count))
         for i in range(count)
@@ -1335,6 +1337,12 @@ def main() -> int:
         "--no-tunnel-meter", action="store_true", help="each runner dials its server directly"
     )
     parser.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default="auto",
+        help="the servers' OMNIGENT_EVENT_LOOP (auto: uvloop where installed)",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         metavar="DIR",
@@ -1378,6 +1386,7 @@ def main() -> int:
         "words": args.words,
         "tunnel_meter": not args.no_tunnel_meter,
         "cross": args.cross,
+        "event_loop": args.event_loop,
     }
     if args.scaling:
         result["scaling_servers"] = args.scaling

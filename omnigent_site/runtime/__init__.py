@@ -30,6 +30,12 @@ breaks a test, not production.
   runners app's stale-runner sweep) without ``omnigent_site`` importing them.
 - ``channel_layer``: the embedded (in-memory) and scale-out (Redis) channel layers,
   with one receive prefix per process, cheaper sweeps and no orphaned buffers.
+- ``event_loop``: the loop daphne runs on, uvloop, chosen by ``omnigent_site.serve``
+  through asyncio's public event-loop policy before daphne is imported (daphne makes
+  its loop on import, so this one thing cannot wait for the application; a bare
+  ``daphne`` command keeps asyncio's loop). It changes no library's behaviour, only
+  the loop's implementation, and needs no guard: ``tests/e2e/test_bare_daphne.py``
+  runs real servers both ways.
 - ``sqlite3``: Django's SQLite backend (the ``ENGINE`` on SQLite) with write
   transactions queued on a lock in the process instead of sleeping in SQLite's busy
   handler (guards: ``tests/unit/test_sqlite_write_lock.py``).

@@ -28,7 +28,9 @@ omnigent_site.asgi:application``, so everything here applies to both:
 - **Write watch**: every HTTP request gets a ``runtime.flow.WriteWatch`` in its scope.
 
 One line at INFO level (logger ``omnigent_site.runtime.server``) reports, once the
-reactor runs, what was applied.
+reactor runs, what was applied, and which event loop daphne runs on: uvloop under
+``python -m omnigent_site.serve``, which chooses it before daphne is loaded
+(``runtime/event_loop.py``), asyncio's own under a bare ``daphne`` command.
 
 Outside a Twisted reactor (tests that call the application directly) the patches
 are applied to daphne's classes all the same, and nothing starts: no background
@@ -46,6 +48,7 @@ from typing import Any
 from django.conf import settings
 
 from omnigent_site.runtime import background, body_limit, shutdown
+from omnigent_site.runtime.event_loop import loop_name
 from omnigent_site.runtime.flow import WriteWatchMiddleware
 
 log = logging.getLogger(__name__)
@@ -92,13 +95,14 @@ def _reactor_started(reactor: Any) -> None:
     log.info(
         "server runtime: %d startup objects frozen out of full collections; Twisted "
         "form parsing off: %s; Twisted's discarded access-log line skipped: %s; "
-        "WebSocket message/frame limit: %s/%s bytes; background tasks: %s",
+        "WebSocket message/frame limit: %s/%s bytes; background tasks: %s; event loop: %s",
         frozen,
         not getattr(_daphne_request_class(), "parses_post_forms", True),
         _twisted_access_log_skipped(),
         message,
         frame,
         ", ".join(background.registered()) or "none",
+        _daphne_loop_name(),
     )
     wanted = settings.OMNIGENT_MAX_FRAME_BYTES
     for name, value in (("message", message), ("frame", frame)):
@@ -134,6 +138,13 @@ def _twisted_access_log_skipped() -> bool:
     return bool(
         getattr(getattr(daphne_server, "HTTPFactory", None), "skips_discarded_access_log", False)
     )
+
+
+def _daphne_loop_name() -> str:
+    """The loop daphne created for its reactor (``runtime/event_loop.py``)."""
+    from daphne import server as daphne_server
+
+    return loop_name(getattr(daphne_server, "twisted_loop", None))
 
 
 def _daphne_request_class() -> Any:

@@ -5,8 +5,9 @@ built, not by the launcher. These tests start real daphne processes both ways an
 check what the launcher used to do on its own: the tunnel's 16 MiB frame limit (a
 runner's 2 MiB answer passes; daphne's default would close the tunnel at 1 MiB),
 the garbage-collector freeze, Twisted's form parsing off and the background tasks
-(the runtime's start-up line in the log), ``[DONE]`` on SIGTERM and SIGINT, and the
-stale-runner sweep of a process that holds no tunnel.
+(the runtime's start-up line in the log, which also names the event loop: uvloop under
+``serve``, asyncio's under bare daphne), ``[DONE]`` on SIGTERM and SIGINT on either
+loop, and the stale-runner sweep of a process that holds no tunnel.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ RUNTIME_LINE = re.compile(
     r"server runtime: (?P<frozen>\d+) startup objects frozen out of full collections; "
     r"Twisted form parsing off: (?P<formless>\w+); Twisted's discarded access-log line "
     r"skipped: (?P<quiet_log>\w+); WebSocket message/frame limit: "
-    r"(?P<message>\d+)/(?P<frame>\d+) bytes; background tasks: (?P<tasks>.*)"
+    r"(?P<message>\d+)/(?P<frame>\d+) bytes; background tasks: (?P<tasks>.*); "
+    r"event loop: (?P<loop>\w+)"
 )
 
 
@@ -130,6 +132,8 @@ def test_the_runtime_applies_however_the_server_starts(
         "runners.verdicts.sweep_expired_approvals_forever"
     )
     assert "below OMNIGENT_MAX_FRAME_BYTES" not in server.process.log()
+    # serve chooses uvloop before daphne creates its loop; bare daphne keeps asyncio's.
+    assert line["loop"] == ("asyncio" if how == "daphne" else "uvloop")
 
     # A runner's answer in one 2 MiB frame: over daphne's own 1 MiB limit.
     runner = launch_runner(server)
@@ -157,10 +161,11 @@ def test_the_runtime_applies_however_the_server_starts(
     assert events[-1].done
 
 
-def test_bare_daphne_ends_streams_with_done_on_sigint(
-    launch: Callable[..., Server], make_bundle: Callable[..., bytes]
+@pytest.mark.parametrize("how", ["daphne", "serve"])
+def test_streams_end_with_done_on_sigint_on_either_loop(
+    how: str, launch: Callable[..., Server], make_bundle: Callable[..., bytes]
 ) -> None:
-    server = launch("daphne")
+    server = launch(how)
     session_id = create_session(server, make_bundle())
     reader = StreamReader(server, session_id)
     reader.wait_for(lambda event: event.type == "session.heartbeat")
