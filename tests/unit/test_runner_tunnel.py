@@ -525,6 +525,12 @@ def created(response_id: str) -> dict[str, Any]:
     return {"type": "response.created", "response_id": response_id}
 
 
+def emit_created(tunnel: RunnerTunnel, *turns: tuple[str, str]) -> None:
+    """``response.created`` for each ``(session_id, response_id)``, in one step of the loop."""
+    for session_id, response_id in turns:
+        tunnel.emit(session_id, created(response_id))
+
+
 async def connected_with_batches(
     server: FakeServer, start_tunnel: StartTunnel
 ) -> tuple[RunnerTunnel, ServerConnection]:
@@ -541,8 +547,7 @@ async def test_events_queued_together_leave_as_one_batch_in_order(
 ) -> None:
     tunnel, ws = await connected_with_batches(server, start_tunnel)
     # Emitted in one step of the loop: the sender finds all three queued.
-    tunnel.emit("s1", created("r1"))
-    tunnel.emit("s2", created("r2"))
+    emit_created(tunnel, ("s1", "r1"), ("s2", "r2"))
     tunnel.emit("s1", {"type": "response.completed", "response_id": "r1"})
     batch = await recv_frame(ws)
     assert batch["type"] == "events"
@@ -577,13 +582,11 @@ async def test_other_frames_keep_their_place_between_batched_events(
     """A frame queued between events (here a pong) leaves between them."""
     tunnel, ws = await connected_with_batches(server, start_tunnel)
     # All of it is queued in one step of the loop, before the sender wakes.
-    tunnel.emit("s1", created("r1"))
-    tunnel.emit("s1", created("r2"))
+    emit_created(tunnel, ("s1", "r1"), ("s1", "r2"))
     queue = tunnel._live
     assert queue is not None
     queue.put_nowait(Pong(ts=5))
-    tunnel.emit("s1", created("r3"))
-    tunnel.emit("s1", created("r4"))
+    emit_created(tunnel, ("s1", "r3"), ("s1", "r4"))
     got = [await recv_frame(ws) for _ in range(3)]
     assert [f["type"] for f in got] == ["events", "pong", "events"]
     assert [f["seq"] for f in got[0]["events"]] == [1, 2]
@@ -594,9 +597,7 @@ async def test_event_acks_acknowledge_several_sessions_at_once(
     server: FakeServer, start_tunnel: StartTunnel
 ) -> None:
     tunnel, ws = await connected_with_batches(server, start_tunnel)
-    tunnel.emit("s1", created("r1"))
-    tunnel.emit("s2", created("r2"))
-    tunnel.emit("s3", created("r3"))
+    emit_created(tunnel, ("s1", "r1"), ("s2", "r2"), ("s3", "r3"))
     assert len((await recv_frame(ws))["events"]) == 3
     await send_frame(
         ws,
