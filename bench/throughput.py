@@ -49,6 +49,10 @@ streaming, and the server and runner CPU per turn. On a machine with fewer cores
 processes the extra processes cannot add CPU: the table then shows what scaling out
 costs rather than what it gains.
 
+The servers run with the client rate limits off, as every test server does;
+``--throttles`` turns them on at rates nothing reaches, so that every request reads and
+writes its count in the shared cache as in production (on Redis with PostgreSQL).
+
 Run: ``.venv/bin/python bench/throughput.py [--runs 5] [--profile /tmp/prof]``,
 ``... --servers 2 [--cross] [--poll-etag]``, ``... --scaling 1,2,3``.
 The last line printed is JSON with every number.
@@ -113,6 +117,11 @@ from testing.processes import Process, base_env, free_port, migrate, spawn  # no
 
 TURN_END = ("response.completed", "response.failed", "response.cancelled")
 SETTINGS = "bench.server_settings"
+THROTTLE_RATES = (
+    "OMNIGENT_THROTTLE_USER_RATE",
+    "OMNIGENT_THROTTLE_RUNNER_RATE",
+    "OMNIGENT_THROTTLE_POLL_RATE",
+)
 
 
 @dataclass
@@ -177,6 +186,11 @@ def start_stack(stack: contextlib.ExitStack, tmp: Path, args: argparse.Namespace
         env["DJANGO_SETTINGS_MODULE"] = SETTINGS
         migrate(env, tmp)
     env["OMNIGENT_EVENT_LOOP"] = args.event_loop
+    if args.throttles:
+        # Every request checks its rates in the shared cache, as in production, at rates
+        # far above the benchmark's so that nothing is refused.
+        for rate in THROTTLE_RATES:
+            env[rate] = "1000000/min"
     servers = [
         start_daphne(stack, env=env, tmp=tmp, name=process_name("daphne", i, count))
         for i in range(count)
@@ -1337,6 +1351,12 @@ def main() -> int:
         "--no-tunnel-meter", action="store_true", help="each runner dials its server directly"
     )
     parser.add_argument(
+        "--throttles",
+        action="store_true",
+        help="the client rate limits on (at 1,000,000/min), so every request reads and "
+        "writes its count in the shared cache (Redis on PostgreSQL + Redis) as in production",
+    )
+    parser.add_argument(
         "--event-loop",
         choices=EVENT_LOOPS,
         default="auto",
@@ -1387,6 +1407,7 @@ def main() -> int:
         "tunnel_meter": not args.no_tunnel_meter,
         "cross": args.cross,
         "event_loop": args.event_loop,
+        "throttles": args.throttles,
     }
     if args.scaling:
         result["scaling_servers"] = args.scaling

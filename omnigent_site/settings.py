@@ -341,25 +341,30 @@ for _name in (
         raise ImproperlyConfigured(f"{_name} must look like 1200/min (or be 0 for no limit)")
 
 
-def _shared_cache(name: str) -> dict[str, Any]:
+def shared_cache(name: str, redis_url: str) -> dict[str, Any]:
     """A cache every server process shares: on Redis when the deployment has it, else in
     this (then the only) process's memory."""
-    if not REDIS_URL:
+    if not redis_url:
         return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": name}
     return {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
-        "LOCATION": REDIS_URL,
+        "LOCATION": redis_url,
         "KEY_PREFIX": os.environ.get("OMNIGENT_CHANNEL_PREFIX", "omnigent") + f":{name}",
-        "OPTIONS": {"socket_timeout": 2.0, "socket_connect_timeout": 2.0},
+        "OPTIONS": {
+            "socket_timeout": 2.0,
+            "socket_connect_timeout": 2.0,
+            # One pool per process, not one per request (omnigent_site/runtime/redis_cache.py).
+            "pool_class": "omnigent_site.runtime.redis_cache.ProcessConnectionPool",
+        },
     }
 
 
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
     # The throttles' counts (omnigent_site/throttling.py).
-    "throttle": _shared_cache("throttle"),
+    "throttle": shared_cache("throttle", REDIS_URL),
     # Whether a session list is open anywhere (sessions/list_watch.py).
-    "presence": _shared_cache("presence"),
+    "presence": shared_cache("presence", REDIS_URL),
 }
 # Approvals (approvals.md): the cap on how long a question waits, and how often every
 # server process looks for questions past their deadline.

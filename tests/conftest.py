@@ -37,22 +37,22 @@ def require_service(name: str, host: str, port: int) -> None:
 
 
 @contextmanager
-def on_redis(settings: Any, alias: str) -> Iterator[tuple[str, Any]]:
-    """The cache ``alias`` on the real Redis (database 13) under a fresh key prefix for
-    the block: yields the prefix and a client to look at the keys; deletes them after."""
+def on_redis(settings: Any, alias: str, **options: Any) -> Iterator[tuple[str, Any]]:
+    """The cache ``alias`` on the real Redis (database 13), configured as the settings
+    configure it for a deployment with Redis (plus ``options``), under a fresh key prefix
+    for the block: yields the prefix and a client to look at the keys; deletes them after."""
     import secrets
 
     import redis
 
+    from omnigent_site.settings import shared_cache
+
     require_service("Redis", "127.0.0.1", 6379)
     prefix = f"omnigent-test-{secrets.token_hex(4)}:{alias}"
+    config = shared_cache(alias, "redis://127.0.0.1:6379/13")
     settings.CACHES = {
         **settings.CACHES,
-        alias: {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
-            "LOCATION": "redis://127.0.0.1:6379/13",
-            "KEY_PREFIX": prefix,
-        },
+        alias: {**config, "KEY_PREFIX": prefix, "OPTIONS": {**config["OPTIONS"], **options}},
     }
     store = redis.Redis.from_url("redis://127.0.0.1:6379/13")
     try:

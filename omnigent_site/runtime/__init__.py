@@ -30,6 +30,11 @@ breaks a test, not production.
   runners app's stale-runner sweep) without ``omnigent_site`` importing them.
 - ``channel_layer``: the embedded (in-memory) and scale-out (Redis) channel layers,
   with one receive prefix per process, cheaper sweeps and no orphaned buffers.
+- ``redis_cache``: one Redis connection pool per process for Django's Redis caches
+  (the throttles' counts, the session-list mark), through the backend's documented
+  ``pool_class`` option; Django makes a cache object per request, and with the stock
+  pool each one opened a connection of its own. Its guard
+  (``tests/unit/test_redis_cache.py``) counts the connections Redis holds.
 - ``event_loop``: the loop daphne runs on, uvloop, chosen by ``omnigent_site.serve``
   through asyncio's public event-loop policy before daphne is imported (daphne makes
   its loop on import, so this one thing cannot wait for the application; a bare
