@@ -54,6 +54,8 @@ bench: bootstrap-dev
 	$(BIN)/python bench/throughput.py --runs 5 --no-tunnel-meter
 	$(BIN)/python bench/throughput.py --runs 2
 	$(BIN)/python bench/throughput.py --scaling 1,2,3
+	$(BIN)/python bench/throughput.py --scaling 1,2,3 --throttles
+	$(BIN)/python bench/throttle_check.py
 	$(BIN)/python bench/runner_llm.py
 	$(BIN)/python bench/stream.py
 	$(BIN)/python bench/channel_layers.py

@@ -347,7 +347,8 @@ def shared_cache(name: str, redis_url: str) -> dict[str, Any]:
     if not redis_url:
         return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": name}
     return {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        # Django's Redis cache, plus the throttles' one-trip check (runtime/redis_cache.py).
+        "BACKEND": "omnigent_site.runtime.redis_cache.RedisCacheWithRates",
         "LOCATION": redis_url,
         "KEY_PREFIX": os.environ.get("OMNIGENT_CHANNEL_PREFIX", "omnigent") + f":{name}",
         "OPTIONS": {

@@ -20,8 +20,11 @@ user is the machine's owner. A refused request is 429 ``rate_limited`` with
   their tunnel, authenticated by the binding token (tunnel.md).
 
 Counts live in the ``throttle`` cache: this process's memory, or Redis when
-``REDIS_URL`` is set, so that every process shares them. A cache that fails lets the
-request through (logged): throttling protects the service, it must not take it down.
+``REDIS_URL`` is set, so that every process shares them. On Redis one script reads,
+decides and writes a count in one round trip (``RedisCacheWithRates.admit``), so
+requests that arrive together, in any processes, are each counted; in memory the count
+is read and written through the cache. A cache that fails lets the request through
+(logged): throttling protects the service, it must not take it down.
 
 Each key holds one number, not DRF's list of every request's time. DRF's
 ``SimpleRateThrottle`` keeps that list and reads and writes it whole on every request:
@@ -44,6 +47,8 @@ from django.conf import settings
 from django.core.cache import BaseCache, caches
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
+
+from omnigent_site.runtime.redis_cache import RedisCacheWithRates
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +83,15 @@ class _ConfiguredRateThrottle(SimpleRateThrottle):
 
     def _admit(self, key: str) -> bool:
         now = self.timer()
+        if isinstance(self.cache, RedisCacheWithRates):
+            # Its own key: a number in the script's format, never read through ``get``.
+            self._wait_s = self.cache.admit(
+                f"{key}:rate",
+                now=now,
+                interval_s=self._interval_s,
+                duration_s=self._duration_s,
+            )
+            return self._wait_s is None
         stored = self.cache.get(key)
         # Anything but a number (DRF's list of times, left by an older server under the
         # same key) counts as a whole allowance.

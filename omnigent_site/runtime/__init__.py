@@ -33,7 +33,8 @@ breaks a test, not production.
 - ``redis_cache``: one Redis connection pool per process for Django's Redis caches
   (the throttles' counts, the session-list mark), through the backend's documented
   ``pool_class`` option; Django makes a cache object per request, and with the stock
-  pool each one opened a connection of its own. Its guard
+  pool each one opened a connection of its own; and ``RedisCacheWithRates``, Django's
+  Redis cache with ``admit``, the throttles' check in one atomic Lua script. Its guard
   (``tests/unit/test_redis_cache.py``) counts the connections Redis holds.
 - ``event_loop``: the loop daphne runs on, uvloop, chosen by ``omnigent_site.serve``
   through asyncio's public event-loop policy before daphne is imported (daphne makes

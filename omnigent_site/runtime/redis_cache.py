@@ -17,14 +17,27 @@ again. A redis-py pool is thread-safe and starts afresh in a forked child, and a
 client made on it is cheap, so nothing else changes.
 ``tests/unit/test_redis_cache.py`` counts the connections Redis accepts: it fails if
 Django stops making its pools through ``pool_class``.
+
+``RedisCacheWithRates`` is Django's Redis cache plus ``admit``, the throttles' rate
+check (``omnigent_site/throttling.py``) in one round trip: a Lua script reads the
+client's count, decides and writes it back atomically. Through the cache's ``get`` and
+``set`` the check took two round trips, each with a ``redis.Redis`` client that Django
+builds for every call, and two processes (or threads) that read the same count at once
+both admitted their request. The script runs on a client made once per process and
+server, on the same shared pool.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, ClassVar, Self
 
+import redis
+from django.core.cache.backends.redis import RedisCache
+from django.utils.module_loading import import_string
 from redis import ConnectionPool
+from redis.commands.core import Script
 
 
 def _options_key(options: dict[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -56,3 +69,68 @@ class ProcessConnectionPool(ConnectionPool):
             pools = list(cls._pools.values())
         for pool in pools:
             pool.disconnect()
+
+
+# One request against a rate kept as the time its allowance is whole again (a generic
+# cell rate algorithm): the arithmetic of ``omnigent_site.throttling``, in Redis.
+# KEYS[1]: the count; ARGV: now, interval and duration in seconds, the key's life in ms.
+# Returns nothing when the request is admitted (and stores the new count), else the
+# seconds until the next request would be.
+ADMIT_SCRIPT = """
+local now = tonumber(ARGV[1])
+local start = tonumber(redis.call('GET', KEYS[1])) or now
+if start < now then start = now end
+local whole_at = start + tonumber(ARGV[2])
+if whole_at - now > tonumber(ARGV[3]) then
+  return tostring(whole_at - now - tonumber(ARGV[3]))
+end
+redis.call('SET', KEYS[1], string.format('%.6f', whole_at), 'PX', ARGV[4])
+return false
+"""
+
+# Django's own options, which it does not pass on to redis-py.
+_DJANGO_OPTIONS = ("pool_class", "parser_class", "serializer")
+
+_scripts: dict[tuple[str, tuple[tuple[str, str], ...]], Script] = {}
+_scripts_lock = threading.Lock()
+
+
+def _admit_script(url: str, options: dict[str, Any]) -> Script:
+    """The script on a client made once per process for ``url`` and ``options``."""
+    key = (url, _options_key(options))
+    with _scripts_lock:
+        script = _scripts.get(key)
+        if script is None:
+            pool = ProcessConnectionPool.from_url(url, **options)
+            script = _scripts[key] = redis.Redis(connection_pool=pool).register_script(ADMIT_SCRIPT)
+        return script
+
+
+class RedisCacheWithRates(RedisCache):
+    """Django's Redis cache, plus ``admit``: a rate check in one atomic round trip."""
+
+    def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
+        super().__init__(server, params)
+        servers = re.split("[;,]", server) if isinstance(server, str) else list(server)
+        options = dict(params.get("OPTIONS", {}))
+        parser_class = options.get("parser_class") or redis.connection.DefaultParser
+        if isinstance(parser_class, str):
+            parser_class = import_string(parser_class)
+        # The pool options Django's client gives the pool class, so that the script's
+        # client takes its connections from the cache's own pool.
+        self._writer_url = servers[0]  # Django writes to the first server too
+        self._writer_options = {
+            "parser_class": parser_class,
+            **{name: value for name, value in options.items() if name not in _DJANGO_OPTIONS},
+        }
+
+    def admit(self, key: str, *, now: float, interval_s: float, duration_s: float) -> float | None:
+        """Count one request against the rate kept under ``key``: None when it is
+        admitted, else how many seconds until one would be (it is then not counted)."""
+        script = _admit_script(self._writer_url, self._writer_options)
+        life_ms = max(1, int(duration_s * 1000 + 0.999))
+        wait = script(
+            keys=[self.make_and_validate_key(key)],
+            args=[repr(now), repr(interval_s), repr(duration_s), life_ms],
+        )
+        return None if wait is None else float(wait)

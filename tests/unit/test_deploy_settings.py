@@ -205,7 +205,7 @@ def test_the_shared_caches_follow_redis_url(tmp_path: Path) -> None:
     )["CACHES"]
     assert isinstance(shared, dict)
     for alias in ("throttle", "presence"):
-        assert shared[alias]["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+        assert shared[alias]["BACKEND"] == "omnigent_site.runtime.redis_cache.RedisCacheWithRates"
         assert shared[alias]["LOCATION"] == "redis://redis.example:6379/0"
         assert shared[alias]["KEY_PREFIX"] == f"site-a:{alias}"
         # One connection pool per process, not one per request (test_redis_cache.py).

@@ -1,4 +1,5 @@
-"""The shared caches on a real Redis: one connection pool per process, not per request.
+"""The shared caches on a real Redis: one connection pool per process, not per request,
+and the throttles' check in one atomic script.
 
 Django gives every request context its own cache object; with the stock pool each of
 them opened its own connection to Redis (``omnigent_site/runtime/redis_cache.py``).
@@ -11,14 +12,17 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.cache import BaseCache, caches
 
-from omnigent_site.runtime.redis_cache import ProcessConnectionPool
-from tests.conftest import on_redis
+from omnigent_site.runtime.redis_cache import ProcessConnectionPool, RedisCacheWithRates
+from omnigent_site.settings import shared_cache
+from omnigent_site.throttling import UserRateThrottle
+from tests.conftest import on_redis, require_service
 
 pytestmark = [pytest.mark.redis, pytest.mark.timeout(60)]
 
@@ -92,3 +96,81 @@ def test_one_pool_per_url_and_options() -> None:
         ProcessConnectionPool.from_url(other_database, socket_timeout=2.0, client_name="a")
         is not first
     )
+
+
+def _decisions(throttle: Any, times: list[float]) -> list[float | None]:
+    """What the throttle decides at each time: None for admitted, else the wait."""
+    decided: list[float | None] = []
+    for now in times:
+        throttle.timer = lambda now=now: now
+        throttle._wait_s = None
+        decided.append(None if throttle._admit("alice") else round(throttle.wait(), 3))
+    return decided
+
+
+# 3 a minute: three at once, then one every 20 s; a refused request does not count.
+TIMES = [1000.0, 1000.0, 1000.0, 1000.0, 1005.0, 1020.0, 1020.0, 1200.0, 1200.0]
+EXPECTED = [None, None, None, 20.0, 15.0, None, 20.0, None, None]
+
+
+def test_the_script_decides_as_the_cache_path_does(settings: Any) -> None:
+    settings.OMNIGENT_THROTTLE_USER_RATE = "3/min"
+    caches["throttle"].clear()
+    in_memory = UserRateThrottle()
+    assert not isinstance(in_memory.cache, RedisCacheWithRates)
+    assert _decisions(in_memory, TIMES) == EXPECTED
+    with on_redis(settings, "throttle"):
+        on_redis_throttle = UserRateThrottle()
+        assert isinstance(on_redis_throttle.cache, RedisCacheWithRates)
+        assert _decisions(on_redis_throttle, TIMES) == EXPECTED
+
+
+def test_requests_at_once_in_many_threads_are_each_counted(settings: Any) -> None:
+    """Read, decide and write in one script: twenty requests at once, five admitted."""
+    settings.OMNIGENT_THROTTLE_USER_RATE = "5/hour"
+    with on_redis(settings, "throttle"):
+        together = threading.Barrier(20, timeout=20)
+        admitted: list[bool] = []
+
+        def request() -> None:
+            throttle = UserRateThrottle()
+            together.wait()
+            admitted.append(throttle._admit("alice"))
+
+        threads = [threading.Thread(target=request) for _ in range(20)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert len(admitted) == 20
+        assert admitted.count(True) == 5
+
+
+def test_an_unreachable_redis_lets_requests_through(
+    settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    require_service("Redis", "127.0.0.1", 6379)  # the other tests' premise, not this one's
+    settings.OMNIGENT_THROTTLE_USER_RATE = "1/hour"
+    config = shared_cache("throttle", "redis://127.0.0.1:1/0")
+    settings.CACHES = {**settings.CACHES, "throttle": config}
+    throttle = UserRateThrottle()
+    request = SimpleNamespace(user=SimpleNamespace(is_authenticated=True, pk=1), method="GET")
+    with caplog.at_level("WARNING", logger="omnigent_site.throttling"):
+        assert throttle.allow_request(request, SimpleNamespace()) is True
+        assert throttle.allow_request(request, SimpleNamespace()) is True
+    assert "throttle cache unavailable; user not applied" in caplog.text
+
+
+def test_the_script_takes_its_connection_from_the_caches_pool(settings: Any) -> None:
+    settings.OMNIGENT_THROTTLE_USER_RATE = "3/min"
+    name = f"omnigent-test-{secrets.token_hex(4)}"
+    with on_redis(settings, "throttle", client_name=name) as (_prefix, store):
+        try:
+            cache = caches["throttle"]
+            cache.set("plain", 1, 30)
+            assert UserRateThrottle()._admit("alice")
+            assert cache.get("plain") == 1
+            # One connection, used by both: the script's client has the cache's pool.
+            assert _connections_named(store, name) == 1
+        finally:
+            ProcessConnectionPool.disconnect_all()
