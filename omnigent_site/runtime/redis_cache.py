@@ -29,8 +29,10 @@ server, on the same shared pool.
 
 from __future__ import annotations
 
+import math
 import re
 import threading
+from functools import cached_property
 from typing import Any, ClassVar, Self
 
 import redis
@@ -62,6 +64,11 @@ class ProcessConnectionPool(ConnectionPool):
             assert isinstance(pool, cls)
             return pool
 
+    @cached_property
+    def admit_script(self) -> Script:
+        """``ADMIT_SCRIPT`` on a client of this pool: one per shared pool, so per process."""
+        return redis.Redis(connection_pool=self).register_script(ADMIT_SCRIPT)
+
     @classmethod
     def disconnect_all(cls) -> None:
         """Close every shared pool's connections (tests; a pool reconnects when used)."""
@@ -91,20 +98,6 @@ return false
 # Django's own options, which it does not pass on to redis-py.
 _DJANGO_OPTIONS = ("pool_class", "parser_class", "serializer")
 
-_scripts: dict[tuple[str, tuple[tuple[str, str], ...]], Script] = {}
-_scripts_lock = threading.Lock()
-
-
-def _admit_script(url: str, options: dict[str, Any]) -> Script:
-    """The script on a client made once per process for ``url`` and ``options``."""
-    key = (url, _options_key(options))
-    with _scripts_lock:
-        script = _scripts.get(key)
-        if script is None:
-            pool = ProcessConnectionPool.from_url(url, **options)
-            script = _scripts[key] = redis.Redis(connection_pool=pool).register_script(ADMIT_SCRIPT)
-        return script
-
 
 class RedisCacheWithRates(RedisCache):
     """Django's Redis cache, plus ``admit``: a rate check in one atomic round trip."""
@@ -127,10 +120,14 @@ class RedisCacheWithRates(RedisCache):
     def admit(self, key: str, *, now: float, interval_s: float, duration_s: float) -> float | None:
         """Count one request against the rate kept under ``key``: None when it is
         admitted, else how many seconds until one would be (it is then not counted)."""
-        script = _admit_script(self._writer_url, self._writer_options)
-        life_ms = max(1, int(duration_s * 1000 + 0.999))
-        wait = script(
+        pool = ProcessConnectionPool.from_url(self._writer_url, **self._writer_options)
+        wait = pool.admit_script(
             keys=[self.make_and_validate_key(key)],
-            args=[repr(now), repr(interval_s), repr(duration_s), life_ms],
+            args=[
+                repr(now),
+                repr(interval_s),
+                repr(duration_s),
+                max(1, math.ceil(duration_s * 1000)),
+            ],
         )
         return None if wait is None else float(wait)
