@@ -50,7 +50,7 @@ from twisted.web import http
 from twisted.web.test.requesthelper import DummyChannel
 
 from omnigent_site.runtime import background, flow, middleware, server, shutdown
-from omnigent_site.runtime.channel_layer import EmbeddedChannelLayer
+from omnigent_site.runtime.channel_layer import EmbeddedChannelLayer, ScaleOutChannelLayer
 from omnigent_site.runtime.handler import LOOP_SAFE_FINISH_RECEIVERS, PooledThreadsASGIHandler
 
 pytestmark = pytest.mark.timeout(30)
@@ -59,6 +59,15 @@ pytestmark = pytest.mark.timeout(30)
 def fingerprint(function: Any) -> str:
     source = textwrap.dedent(inspect.getsource(function))
     return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def changed_since_audit(audited: dict[Any, str]) -> list[str]:
+    """The audited functions whose source no longer has the fingerprint it was audited at."""
+    return [
+        function.__qualname__
+        for function, expected in audited.items()
+        if fingerprint(function) != expected
+    ]
 
 
 def names_used_by(function: Any) -> set[str]:
@@ -187,11 +196,7 @@ INLINE_CLASSES = {
 
 
 def test_guard_the_audited_django_middleware_code_is_unchanged() -> None:
-    changed = [
-        function.__qualname__
-        for function, expected in AUDITED_DJANGO_CODE.items()
-        if fingerprint(function) != expected
-    ]
+    changed = changed_since_audit(AUDITED_DJANGO_CODE)
     assert not changed, (
         f"Django changed {changed}: audit them again for omnigent_site/runtime/middleware.py"
     )
@@ -633,3 +638,43 @@ def test_guard_redis_layer_keeps_buffers_hosts_and_timeouts_where_expected() -> 
     assert isinstance(layer.brpop_timeout, int) and isinstance(layer.expiry, int)
     assert "receive_buffer" in names_used_by(RedisChannelLayer.receive)
     assert "prefix" in inspect.signature(RedisChannelLayer.new_channel).parameters
+
+
+# channels-redis' code that ``ScaleOutChannelLayer.send`` and ``group_send`` do in fewer
+# round trips (the same commands in Lua scripts), by fingerprint: a release that
+# changes what they store, where or for how long fails here until the scripts and the
+# parity tests (``test_scale_out_layer.py``) are checked against it again.
+AUDITED_CHANNELS_REDIS_CODE = {
+    RedisChannelLayer.send: "e40b2cc7b0b94983",
+    RedisChannelLayer.group_send: "af0ad08fdefcdd4b",
+    RedisChannelLayer._map_channel_keys_to_connection: "a339f7cfdb5cc766",
+}
+
+
+def test_guard_the_redis_layer_sends_as_audited() -> None:
+    changed = changed_since_audit(AUDITED_CHANNELS_REDIS_CODE)
+    assert not changed, (
+        f"channels-redis changed {changed}: check the scripts of "
+        "omnigent_site/runtime/channel_layer.py against them again"
+    )
+    # What the overrides use of the stock layer is still there.
+    stock = RedisChannelLayer(hosts=[{"address": "redis://127.0.0.1:6379/0"}])
+    used = (
+        names_used_by(ScaleOutChannelLayer.send)
+        | names_used_by(ScaleOutChannelLayer.group_send)
+        | names_used_by(ScaleOutChannelLayer._run)
+    )
+    for name in (
+        "_send_index_generator",
+        "consistent_hash",
+        "non_local_name",
+        "get_capacity",
+        "serialize",
+        "_group_key",
+        "_map_channel_keys_to_connection",
+        "connection",
+        "group_expiry",
+        "expiry",
+    ):
+        assert name in used, name
+        assert hasattr(stock, name), f"channels-redis no longer has {name}"

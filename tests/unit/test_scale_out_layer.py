@@ -9,13 +9,18 @@ around, so they fail (and say what to revisit) when channels-redis or redis-py c
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import secrets
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+from channels.exceptions import ChannelFull
 from channels_redis.core import RedisChannelLayer
 from django.core.exceptions import ImproperlyConfigured
+from redis.asyncio.connection import AbstractConnection
 
 from omnigent_site import settings as project_settings
 from omnigent_site.runtime.channel_layer import EmbeddedChannelLayer, ScaleOutChannelLayer
@@ -115,6 +120,165 @@ def test_settings_read_the_redis_timeouts_from_the_environment(
         ScaleOutChannelLayer(**config)
 
 
+# --- Fewer round trips: the same messages, keys, capacities and expiries ----------
+
+
+def _stock_twin(layer: ScaleOutChannelLayer, **options: Any) -> RedisChannelLayer:
+    """channels-redis' own layer on ``layer``'s Redis and prefix (another process's)."""
+    return RedisChannelLayer(
+        hosts=layer.hosts, prefix=layer.prefix, capacity=layer.capacity, **options
+    )
+
+
+@contextlib.contextmanager
+def _round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[bytes]]:
+    """What the calling task writes to Redis inside the block, one entry per write (a
+    round trip; a pipeline is one write). Receives running beside it are not counted."""
+    written: list[bytes] = []
+    caller = asyncio.current_task()
+    original = AbstractConnection.send_packed_command
+
+    async def counting(self: AbstractConnection, command: Any, check_health: bool = True) -> None:
+        if asyncio.current_task() is caller:
+            first = command if isinstance(command, bytes | bytearray | memoryview) else command[0]
+            written.append(bytes(first)[:40])
+        await original(self, command, check_health)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(AbstractConnection, "send_packed_command", counting)
+        yield written
+
+
+async def test_send_is_one_round_trip_and_interoperates_with_the_stock_layer(
+    layer: ScaleOutChannelLayer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stock = _stock_twin(layer)
+    ours_inbox, stock_inbox = await layer.new_channel(), await stock.new_channel()
+    # Connections open and the script loaded before counting.
+    await layer.send("warm.up", {"type": "warm"})
+    await stock.send("warm.up", {"type": "warm"})
+    with _round_trips(monkeypatch) as ours_writes:
+        await layer.send(stock_inbox, {"type": "from.ours", "n": 1})
+        await layer.send("general.ours", {"type": "general", "n": 2})
+    with _round_trips(monkeypatch) as stock_writes:
+        await stock.send(ours_inbox, {"type": "from.stock", "n": 3})
+        await stock.send("general.stock", {"type": "general", "n": 2})
+    assert len(ours_writes) == 2, ours_writes
+    assert len(stock_writes) == 8, stock_writes
+
+    async with asyncio.timeout(10):
+        assert await stock.receive(stock_inbox) == {"type": "from.ours", "n": 1}
+        assert await layer.receive(ours_inbox) == {"type": "from.stock", "n": 3}
+        # General channels: the same key layout, message, score and expiry either way.
+        assert await stock.receive("general.ours") == {"type": "general", "n": 2}
+    connection = layer.connection(0)
+    key = (layer.prefix + "general.stock").encode()
+    ((member, score),) = await connection.zrange(key, 0, -1, withscores=True)
+    assert layer.deserialize(member) == {"type": "general", "n": 2}
+    await layer.send("general.stock", {"type": "general", "n": 4})
+    stored = await connection.zrange(key, 0, -1, withscores=True)
+    assert [layer.deserialize(m) for m, _ in stored] == [
+        {"type": "general", "n": 2},
+        {"type": "general", "n": 4},
+    ]
+    assert abs(stored[1][1] - time.time()) < 5 and stored[1][1] >= score
+    assert 0 < await connection.ttl(key) <= layer.expiry
+    await stock.flush()
+
+
+async def test_sends_load_their_scripts_again_after_redis_forgets_them(
+    layer: ScaleOutChannelLayer,
+) -> None:
+    """A restarted or failed-over Redis has no scripts: the next send loads its own."""
+    member = await layer.new_channel()
+    await layer.group_add("after-flush", member)
+    await layer.send(member, {"type": "before"})
+    await layer.connection(0).script_flush()
+    await layer.send(member, {"type": "after"})
+    await layer.group_send("after-flush", {"type": "group"})
+    async with asyncio.timeout(10):
+        assert [await layer.receive(member) for _ in range(3)] == [
+            {"type": "before"},
+            {"type": "after"},
+            {"type": "group"},
+        ]
+
+
+@pytest.mark.parametrize("kind", ["ours", "stock"])
+async def test_a_full_channel_refuses_after_expired_messages_are_dropped(
+    layer: ScaleOutChannelLayer, kind: str
+) -> None:
+    """Both layers decide capacity the same way: messages older than the expiry do not
+    count, and a send to a full channel raises ``ChannelFull`` and stores nothing."""
+    sender = layer if kind == "ours" else _stock_twin(layer)
+    sender.capacity = 3
+    connection = layer.connection(0)
+    key = layer.prefix + "bounded"
+    stale = layer.serialize({"type": "stale"})
+    await connection.zadd(key, {stale: time.time() - layer.expiry - 10})
+    for n in range(3):
+        await sender.send("bounded", {"type": "fresh", "n": n})
+    with pytest.raises(ChannelFull):
+        await sender.send("bounded", {"type": "over"})
+    stored = [layer.deserialize(m) for m in await connection.zrange(key, 0, -1)]
+    assert stored == [{"type": "fresh", "n": n} for n in range(3)]
+
+
+async def test_group_send_reads_the_group_once_and_delivers_once_per_host(
+    layer: ScaleOutChannelLayer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stock = _stock_twin(layer)
+    ours_member, stock_member = await layer.new_channel(), await stock.new_channel()
+    await layer.group_add("watchers", ours_member)
+    await stock.group_add("watchers", stock_member)
+    await layer.group_send("warm-up", {"type": "warm"})
+    await layer.group_send("watchers", {"type": "warm"})
+    async with asyncio.timeout(10):
+        assert await layer.receive(ours_member) == {"type": "warm"}
+        assert await stock.receive(stock_member) == {"type": "warm"}
+
+    with _round_trips(monkeypatch) as ours_writes:
+        await layer.group_send("watchers", {"type": "event", "seq": 1})
+        await layer.group_send("nobody", {"type": "event", "seq": 1})
+    with _round_trips(monkeypatch) as stock_writes:
+        await stock.group_send("watchers", {"type": "event", "seq": 2})
+        await stock.group_send("nobody", {"type": "event", "seq": 2})
+    assert len(ours_writes) == 2 + 1, ours_writes
+    assert len(stock_writes) == 4 + 2, stock_writes
+
+    async with asyncio.timeout(10):
+        for seq in (1, 2):
+            assert await layer.receive(ours_member) == {"type": "event", "seq": seq}
+            assert await stock.receive(stock_member) == {"type": "event", "seq": seq}
+    await stock.flush()
+
+
+async def test_group_send_skips_a_full_member_and_drops_members_that_did_not_renew(
+    layer: ScaleOutChannelLayer, caplog: pytest.LogCaptureFixture
+) -> None:
+    full, other = "member.full", "member.other"
+    layer.capacity = 2
+    for channel in (full, other):
+        await layer.group_add("crowd", channel)
+    for n in range(2):
+        await layer.send(full, {"type": "backlog", "n": n})
+    connection = layer.connection(0)
+    group_key = layer._group_key("crowd")
+    await connection.zadd(group_key, {"member.gone": time.time() - layer.group_expiry - 10})
+
+    with caplog.at_level(logging.INFO, logger="omnigent_site.runtime.channel_layer"):
+        await layer.group_send("crowd", {"type": "event"})
+    assert "1 of 2 channels over capacity in group crowd" in caplog.text
+    async with asyncio.timeout(10):
+        assert await layer.receive(other) == {"type": "event"}
+        assert [await layer.receive(full) for _ in range(2)] == [
+            {"type": "backlog", "n": 0},
+            {"type": "backlog", "n": 1},
+        ]
+    assert await connection.zrange(group_key, 0, -1) == [b"member.full", b"member.other"]
+    assert await connection.zcard(layer.prefix + "member.gone") == 0
+
+
 # --- Guards: the library behaviour the layer works around --------------------------
 
 
@@ -164,11 +328,18 @@ async def _buffered(layer: ScaleOutChannelLayer, channel: str) -> None:
             await asyncio.sleep(0.01)
 
 
-async def _sweep(layer: ScaleOutChannelLayer, keeper: str) -> asyncio.Task[Any]:
-    """Complete one receive (which sweeps when due) and start the next one."""
+async def _sweep(
+    layer: ScaleOutChannelLayer, keeper: str, holding: asyncio.Task[Any]
+) -> asyncio.Task[Any]:
+    """Complete the receive that holds the lock (it sweeps when due) and start the next.
+
+    It is completed with a message, not cancelled: a holder cancelled while its
+    ``BZPOPMIN`` still blocks in Redis loses a message that Redis hands it before the
+    closed connection reaches Redis, a window of the stock layer's that a message sent
+    straight after the cancel can fall into."""
     await layer.send(keeper, {"type": "tick"})
     async with asyncio.timeout(5):
-        assert (await layer.receive(keeper))["type"] == "tick"
+        assert (await holding)["type"] == "tick"
     return asyncio.ensure_future(layer.receive(keeper))
 
 
@@ -205,17 +376,15 @@ async def test_buffers_of_channels_nobody_receives_on_are_dropped_after_an_expir
     await layer.send(fresh, {"type": "early"})
     await _buffered(layer, fresh)
 
-    holding.cancel()
     clock.now = 61.0
-    holding = await _sweep(layer, keeper)
+    holding = await _sweep(layer, keeper, holding)
     assert not set(late) & set(layer.receive_buffer)
     assert busy in layer.receive_buffer and fresh in layer.receive_buffer
     async with asyncio.timeout(5):
         assert (await layer.receive(busy))["type"] == "second"
 
-    holding.cancel()
     clock.now = 122.0
-    holding = await _sweep(layer, keeper)
+    holding = await _sweep(layer, keeper, holding)
     assert fresh not in layer.receive_buffer
     holding.cancel()
     assert set(layer._last_receive) <= {keeper, busy}
