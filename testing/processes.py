@@ -8,14 +8,18 @@ failing test prints.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -167,6 +171,62 @@ class Server:
 
 
 def migrate(env: dict[str, str], log_dir: Path) -> None:
+    """Bring the database ``env`` names up to the project's migrations.
+
+    A SQLite file that does not exist yet becomes a copy of one migrated once per
+    process (``migrated_sqlite_template``): ``manage.py migrate`` starts Django and
+    applies every migration, seconds on this machine, and most end-to-end tests start
+    their server on a fresh file. Any other database, and an existing file, goes
+    through ``manage.py migrate`` itself.
+    """
+    target = _new_sqlite_file(env.get("DATABASE_URL", ""))
+    if target is None:
+        _run_migrate(env)
+        return
+    template = migrated_sqlite_template(env)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (
+        contextlib.closing(sqlite3.connect(template)) as source,
+        contextlib.closing(sqlite3.connect(target)) as copy,
+    ):
+        source.backup(copy)
+
+
+_template_lock = threading.Lock()
+_templates: dict[str, Path] = {}
+
+
+def migrated_sqlite_template(env: dict[str, str]) -> Path:
+    """A SQLite file migrated with ``manage.py migrate`` once per process.
+
+    Every fresh migrate makes the same file: the migrations hold schema only (no
+    ``RunPython``, which could read a test's settings), so the one made with the first
+    caller's environment serves every later one. ``tests/unit/test_processes.py``
+    compares a copy with a fresh migrate.
+    """
+    with _template_lock:
+        template = _templates.get("sqlite")
+        if template is None:
+            folder = Path(tempfile.mkdtemp(prefix="omnigent-migrated-"))
+            atexit.register(shutil.rmtree, folder, ignore_errors=True)
+            template = folder / "db.sqlite3"
+            _run_migrate({**env, "DATABASE_URL": f"sqlite:///{template}"})
+            _templates["sqlite"] = template
+        return template
+
+
+def _new_sqlite_file(database_url: str) -> Path | None:
+    """The file a ``sqlite:///`` URL names, if it does not exist yet; otherwise None."""
+    prefix = "sqlite:///"
+    if not database_url.startswith(prefix):
+        return None
+    path = Path(database_url[len(prefix) :])
+    if not path.is_absolute() or path.exists():
+        return None
+    return path
+
+
+def _run_migrate(env: dict[str, str]) -> None:
     result = subprocess.run(
         [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
         cwd=REPO,
