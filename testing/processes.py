@@ -193,7 +193,7 @@ def migrate(env: dict[str, str], log_dir: Path) -> None:
 
 
 _template_lock = threading.Lock()
-_templates: dict[str, Path] = {}
+_template: Path | None = None
 
 
 def migrated_sqlite_template(env: dict[str, str]) -> Path:
@@ -204,15 +204,14 @@ def migrated_sqlite_template(env: dict[str, str]) -> Path:
     caller's environment serves every later one. ``tests/unit/test_processes.py``
     compares a copy with a fresh migrate.
     """
+    global _template
     with _template_lock:
-        template = _templates.get("sqlite")
-        if template is None:
+        if _template is None:
             folder = Path(tempfile.mkdtemp(prefix="omnigent-migrated-"))
             atexit.register(shutil.rmtree, folder, ignore_errors=True)
-            template = folder / "db.sqlite3"
-            _run_migrate({**env, "DATABASE_URL": f"sqlite:///{template}"})
-            _templates["sqlite"] = template
-        return template
+            _run_migrate({**env, "DATABASE_URL": f"sqlite:///{folder / 'db.sqlite3'}"})
+            _template = folder / "db.sqlite3"
+        return _template
 
 
 def _new_sqlite_file(database_url: str) -> Path | None:

@@ -30,14 +30,13 @@ server, on the same shared pool.
 from __future__ import annotations
 
 import math
-import re
 import threading
 from functools import cached_property
 from typing import Any, ClassVar, Self
 
 import redis
 from django.core.cache.backends.redis import RedisCache
-from django.utils.module_loading import import_string
+from django.core.exceptions import ImproperlyConfigured
 from redis import ConnectionPool
 from redis.commands.core import Script
 
@@ -95,32 +94,20 @@ redis.call('SET', KEYS[1], string.format('%.6f', whole_at), 'PX', ARGV[4])
 return false
 """
 
-# Django's own options, which it does not pass on to redis-py.
-_DJANGO_OPTIONS = ("pool_class", "parser_class", "serializer")
-
 
 class RedisCacheWithRates(RedisCache):
     """Django's Redis cache, plus ``admit``: a rate check in one atomic round trip."""
 
-    def __init__(self, server: str | list[str], params: dict[str, Any]) -> None:
-        super().__init__(server, params)
-        servers = re.split("[;,]", server) if isinstance(server, str) else list(server)
-        options = dict(params.get("OPTIONS", {}))
-        parser_class = options.get("parser_class") or redis.connection.DefaultParser
-        if isinstance(parser_class, str):
-            parser_class = import_string(parser_class)
-        # The pool options Django's client gives the pool class, so that the script's
-        # client takes its connections from the cache's own pool.
-        self._writer_url = servers[0]  # Django writes to the first server too
-        self._writer_options = {
-            "parser_class": parser_class,
-            **{name: value for name, value in options.items() if name not in _DJANGO_OPTIONS},
-        }
-
     def admit(self, key: str, *, now: float, interval_s: float, duration_s: float) -> float | None:
         """Count one request against the rate kept under ``key``: None when it is
         admitted, else how many seconds until one would be (it is then not counted)."""
-        pool = ProcessConnectionPool.from_url(self._writer_url, **self._writer_options)
+        # The pool Django's own writes use (the first server's), shared by the process.
+        pool = self._cache.get_client(write=True).connection_pool
+        if not isinstance(pool, ProcessConnectionPool):
+            raise ImproperlyConfigured(
+                "RedisCacheWithRates needs OPTIONS['pool_class'] = "
+                "'omnigent_site.runtime.redis_cache.ProcessConnectionPool'"
+            )
         wait = pool.admit_script(
             keys=[self.make_and_validate_key(key)],
             args=[

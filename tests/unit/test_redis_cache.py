@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.cache import BaseCache, caches
+from django.core.exceptions import ImproperlyConfigured
 
 from omnigent_site.runtime.redis_cache import ProcessConnectionPool, RedisCacheWithRates
 from omnigent_site.settings import shared_cache
@@ -173,3 +174,11 @@ def test_the_script_takes_its_connection_from_the_caches_pool(settings: Any) -> 
             assert _connections_named(store, name) == 1
         finally:
             ProcessConnectionPool.disconnect_all()
+
+
+def test_a_cache_without_the_shared_pool_class_says_so() -> None:
+    config = shared_cache("throttle", URL)
+    options = {k: v for k, v in config["OPTIONS"].items() if k != "pool_class"}
+    cache = RedisCacheWithRates(URL, {**config, "OPTIONS": options})
+    with pytest.raises(ImproperlyConfigured, match="pool_class"):
+        cache.admit("k", now=0.0, interval_s=1.0, duration_s=60.0)
