@@ -2,7 +2,9 @@
 
 Order: the identity header set by an authenticating proxy, a DRF token, a Django
 login session, and finally local single-user mode. A user first seen through the
-header is created.
+header is created. A browser sends the header (and needs nothing in local mode) from
+any page, so those two accept a state change only if no other site can have sent it
+(``omnigent_site.cross_site``); a login session has Django's CSRF check instead.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
+from omnigent_site.cross_site import check_ambient_identity
 from omnigent_site.users import get_or_create_user
 
 if TYPE_CHECKING:
@@ -76,6 +79,7 @@ class ForwardedHeaderAuthentication(BaseAuthentication):
             raise exceptions.AuthenticationFailed(
                 f"{header} is longer than {max_length} characters"
             )
+        check_ambient_identity(request)
         user = get_or_create_user(value)
         if not user.is_active:
             raise exceptions.AuthenticationFailed("user is inactive")
@@ -92,4 +96,5 @@ class LocalSingleUserAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[AbstractBaseUser, None] | None:
         if not settings.OMNIGENT_LOCAL_SINGLE_USER:
             return None
+        check_ambient_identity(request)
         return get_or_create_user(settings.OMNIGENT_LOCAL_USER), None

@@ -384,11 +384,9 @@ REST_FRAMEWORK = {
         "rest_framework.renderers.JSONRenderer",
         "omnigent_site.browsable.FormsBrowsableAPIRenderer",
     ],
-    "DEFAULT_PARSER_CLASSES": [
-        "omnigent_site.parsers.JSONParser",
-        "rest_framework.parsers.MultiPartParser",
-        "rest_framework.parsers.FormParser",
-    ],
+    # JSON only: the upload endpoints name their multipart parsers themselves, and a
+    # form body anywhere else is 415 (omnigent_site/cross_site.py).
+    "DEFAULT_PARSER_CLASSES": ["omnigent_site.parsers.JSONParser"],
     "EXCEPTION_HANDLER": "omnigent_site.errors.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": [
         "omnigent_site.throttling.UserRateThrottle",

@@ -218,7 +218,8 @@ class SessionListView(APIView):
     def post(self, request: Request) -> Response:
         media = require_content_type(request, "application/json", "multipart/form-data")
         if media == "multipart/form-data":
-            unknown = sorted(set(request.data) - {"metadata", "bundle"})
+            # The browsable API's form adds Django's CSRF field (a login session's check).
+            unknown = sorted(set(request.data) - {"metadata", "bundle", "csrfmiddlewaretoken"})
             if unknown:
                 raise ValidationError({part: ["unknown multipart part"] for part in unknown})
             assert isinstance(request.data, dict)  # multipart: a QueryDict
