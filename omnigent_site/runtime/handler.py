@@ -53,12 +53,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import io
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import django
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
@@ -67,7 +68,7 @@ from django.core import signals
 from django.core.cache import close_caches
 from django.core.cache.backends.base import BaseCache
 from django.core.exceptions import RequestAborted
-from django.core.handlers.asgi import ASGIHandler, get_script_prefix
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
 from django.core.handlers.base import reset_urlconf
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import close_old_connections, connections, reset_queries
@@ -292,6 +293,25 @@ class PooledThreadsASGIHandler(ASGIHandler):
             super().load_middleware(is_async)
         finally:
             settings.MIDDLEWARE = stock
+
+    def create_request(
+        self, scope: Mapping[str, Any], body_file: IO[bytes]
+    ) -> tuple[ASGIRequest, None] | tuple[None, HttpResponseBase]:
+        """Django's request, with ``CONTENT_LENGTH`` set to the body's size when the client
+        sent none (a chunked body).
+
+        The whole body is in ``body_file`` before the request is made, but Django's and
+        DRF's parsers take its size from ``CONTENT_LENGTH`` only: without it they read
+        nothing, and a chunked upload was a 400 "missing part" however small it was.
+        """
+        made = super().create_request(scope, body_file)
+        request = made[0]
+        if request is not None and not request.META.get("CONTENT_LENGTH"):
+            size = body_file.seek(0, io.SEEK_END)
+            body_file.seek(0)
+            if size:
+                request.META["CONTENT_LENGTH"] = str(size)
+        return made
 
     async def send_response(self, response: HttpResponseBase, send: Any) -> None:
         if response.streaming:
