@@ -9,8 +9,13 @@ goes) and stops with 413 the moment the count passes ``OMNIGENT_MAX_UPLOAD_BYTES
 What reaches this parser is already bounded by the socket-level limit
 (``omnigent_site.runtime.body_limit``), so an oversize body is never held whole.
 
-Django's parser also cuts a file name down to what follows its last ``/`` or ``\\``;
-files.md wants such a name refused (400), so this parser keeps the name as sent.
+Django's parser also cuts a file name down to what follows its last ``/`` or ``\\``
+(and unescapes HTML entities, and drops characters that do not print); files.md wants
+such a name refused (400), so this parser keeps the name as sent. The body is parsed
+when something first reads it: the view, or, for a login session (the web page), DRF's
+CSRF check while the request is authenticated, before the view runs. The view makes its
+handler before either (``initial``), so both paths parse here, with one set of name
+rules (``file_types.check_filename``).
 """
 
 from __future__ import annotations
@@ -104,7 +109,8 @@ class SessionFileParser(MultiPartParser):
         context = parser_context or {}
         upload = getattr(context.get("view"), "upload", None)
         if not isinstance(upload, SessionFileUpload):
-            return super().parse(stream, media_type, parser_context)
+            # Never Django's default handlers: they would shorten the name, not refuse it.
+            raise ParseError("this request takes no upload")
         request = context["request"]
         meta = request.META.copy()
         meta["CONTENT_TYPE"] = media_type
@@ -114,22 +120,3 @@ class SessionFileParser(MultiPartParser):
         except MultiPartParserError as exc:
             raise ParseError(f"multipart form parse error: {exc}") from exc
         return DataAndFiles(data, files)
-
-
-def writer_for_django_file(upload: UploadedFile, *, limit: int) -> BlobWriter:
-    """The store's writer filled from a file Django's own handlers already parsed.
-
-    Only when something read ``request.POST`` before the view (Django's CSRF check of
-    a logged-in browser session does), so the body was parsed the default way.
-    """
-    writer = BlobWriter(limit=limit)
-    try:
-        for chunk in upload.chunks():
-            writer.write(chunk)
-        writer.finish()
-    except TooLarge:
-        raise _too_large(limit) from None
-    except BaseException:
-        writer.discard()
-        raise
-    return writer

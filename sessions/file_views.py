@@ -27,7 +27,7 @@ from omnigent_site.parsers import JSONParser
 from omnigent_site.schema import error_responses, list_parameters
 
 from . import file_store, file_types, files, fork, selectors
-from .file_upload import SessionFileParser, SessionFileUpload, writer_for_django_file
+from .file_upload import SessionFileParser, SessionFileUpload
 from .permissions import EDIT, OWNER, READ, SessionAccess, SessionScopedMixin
 from .serializers import ForkSerializer
 from .shapes import (
@@ -53,8 +53,23 @@ class SessionFileListView(SessionScopedMixin, APIView):
     parser_classes = [SessionFileParser]
     session_levels = {"GET": READ, "POST": EDIT}
     session_with_agent = False
-    # Set by ``post`` before the body is parsed; ``SessionFileParser`` streams into it.
+    # Made before anything can read the body (a login session's CSRF check does, while
+    # the request is authenticated); ``SessionFileParser`` streams into it.
     upload: SessionFileUpload | None = None
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        if request.method == "POST":
+            self.upload = SessionFileUpload(limit=int(settings.OMNIGENT_MAX_UPLOAD_BYTES))
+        super().initial(request, *args, **kwargs)
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        # Whatever happened (a refusal while authenticating included), no temporary bytes
+        # stay behind; after a stored upload this finds nothing to remove.
+        if self.upload is not None:
+            self.upload.discard()
+        return super().finalize_response(request, response, *args, **kwargs)
 
     @extend_schema(
         operation_id="sessions_files_list",
@@ -72,29 +87,21 @@ class SessionFileListView(SessionScopedMixin, APIView):
     )
     def post(self, request: Request, session_id: str) -> Response:
         require_content_type(request, "multipart/form-data")
-        limit = int(settings.OMNIGENT_MAX_UPLOAD_BYTES)
-        self.upload = upload = SessionFileUpload(limit=limit)
-        try:
-            unknown = sorted(set(request.data) - {"file"})
-            if unknown:
-                raise ValidationError({part: ["unknown multipart part"] for part in unknown})
-            part = request.FILES.get("file")
-            if part is None:
-                if "file" in request.data:
-                    raise ValidationError({"file": ["the file part must be a file upload"]})
-                raise ValidationError({"file": ["missing multipart part 'file'"]})
-            if upload.writer is None or upload.name is None:
-                # The body was parsed before the view (see ``writer_for_django_file``).
-                upload.name = file_types.check_filename(part.name or "")
-                upload.writer = writer_for_django_file(part, limit=limit)
-            row = files.add_session_file(
-                session=self.session,
-                user=request_user(request),
-                name=upload.name,
-                writer=upload.writer,
-            )
-        finally:
-            upload.discard()
+        upload = self.upload
+        assert upload is not None  # set by ``initial``
+        unknown = sorted(set(request.data) - {"file"})
+        if unknown:
+            raise ValidationError({part: ["unknown multipart part"] for part in unknown})
+        if "file" not in request.FILES:
+            if "file" in request.data:
+                raise ValidationError({"file": ["the file part must be a file upload"]})
+            raise ValidationError({"file": ["missing multipart part 'file'"]})
+        # The view's handler took the part (``FILES`` holds its stand-in): name checked, bytes
+        # written.
+        assert upload.writer is not None and upload.name is not None
+        row = files.add_session_file(
+            session=self.session, user=request_user(request), name=upload.name, writer=upload.writer
+        )
         return Response(session_file_body(row), status=status.HTTP_201_CREATED)
 
 

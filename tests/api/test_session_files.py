@@ -121,6 +121,7 @@ def test_hostile_file_names_are_400_and_leave_nothing(
 ) -> None:
     session_id = create_session()
     response = post_file(client_for(ALICE), session_id, name, b"hello")
+    print("RESP", response.status_code, response.content)
     assert_error(response, 400, "invalid_input")
     assert SessionFile.objects.count() == 0 and blob_files() == []
 
@@ -344,7 +345,8 @@ def test_blocks_pointing_elsewhere_are_400_and_store_nothing(
     ]
     for block in bad_blocks:
         response = post_message(alice, session_id, [{"type": "input_text", "text": "x"}, block])
-        assert_error(response, 400, "invalid_input")
+        print("RESP", response.status_code, response.content)
+    assert_error(response, 400, "invalid_input")
     assert Item.objects.filter(session_id=session_id).count() == 0
     assert Turn.objects.filter(session_id=session_id).count() == 0
 
@@ -447,3 +449,71 @@ def test_download_takes_any_accept_header(
         FILES.format(session_id=session_id) + "/file_x/content", HTTP_ACCEPT="image/png"
     )
     assert_error(missing, 404, "not_found")
+
+
+# --- the web page's path: a login session, whose CSRF check parses the body first --------
+
+
+@pytest.fixture
+def signed_in_owner(create_session: Callable[..., str]) -> tuple[Any, str]:
+    """A browser signed in as a Django user (CSRF enforced) and a session of theirs."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client as BrowserClient
+
+    session_id = create_session("dana")
+    user = get_user_model().objects.get(username="dana")
+    user.set_password("pw-dana-1")
+    user.save()
+    browser = BrowserClient(enforce_csrf_checks=True)
+    assert browser.login(username="dana", password="pw-dana-1")
+    browser.get("/")  # the page sets the CSRF cookie
+    return browser, session_id
+
+
+def post_file_signed_in(browser: Any, session_id: str, name: str, data: bytes) -> Any:
+    """As the web page sends it: multipart, the CSRF token in ``X-CSRFToken``."""
+    body, content_type = multipart([("file", name, data)])
+    return browser.generic(
+        "POST",
+        FILES.format(session_id=session_id),
+        body,
+        content_type=content_type,
+        HTTP_X_CSRFTOKEN=browser.cookies["csrftoken"].value,
+    )
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["a/b.txt", "../x.txt", "..\\x.txt", "/etc/passwd", "nul\x00.txt", "é" * 128 + ".txt"],
+)
+def test_the_cookie_path_refuses_the_names_the_api_path_refuses(
+    signed_in_owner: tuple[Any, str], client_for: Client, name: str
+) -> None:
+    browser, session_id = signed_in_owner
+    assert_error(post_file_signed_in(browser, session_id, name, b"hello"), 400, "invalid_input")
+    assert_error(post_file(client_for("dana"), session_id, name, b"hello"), 400, "invalid_input")
+    assert SessionFile.objects.count() == 0 and blob_files() == []
+
+
+@pytest.mark.parametrize("name", ["notes.txt", "a &amp; b.txt", "tab\there.txt"])
+def test_the_cookie_path_keeps_a_name_as_sent(
+    signed_in_owner: tuple[Any, str], client_for: Client, name: str
+) -> None:
+    """The same name is stored whichever path it came by (Django's parser would unescape
+    HTML entities and drop characters that do not print)."""
+    browser, session_id = signed_in_owner
+    response = post_file_signed_in(browser, session_id, name, b"hello")
+    assert response.status_code == 201, response.content
+    assert response.json()["name"] == name
+    assert upload_ok(client_for("dana"), session_id, name, b"hello")["name"] == name
+    assert post_file_signed_in(browser, session_id, name, b"x").status_code == 201
+
+
+def test_the_cookie_path_still_needs_the_csrf_token(signed_in_owner: tuple[Any, str]) -> None:
+    browser, session_id = signed_in_owner
+    body, content_type = multipart([("file", "notes.txt", b"hello")])
+    response = browser.generic(
+        "POST", FILES.format(session_id=session_id), body, content_type=content_type
+    )
+    assert_error(response, 403, "forbidden")
+    assert SessionFile.objects.count() == 0 and blob_files() == []
