@@ -48,6 +48,11 @@ _JSON_EXTENSIONS = {
 }
 # Text types that are not ``text/*`` but are text all the same.
 TEXT_LIKE = frozenset({"application/json", "application/jsonl"})
+# Types a browser only shows (with ``nosniff``): a download keeps them. Any other stored
+# type (``text/html``, ``text/javascript``, ``text/css``, ``text/xml``, whatever the
+# machine's MIME table gave an extension) is served as bytes: from the app's origin it
+# could run script as the app (security.md, "Uploaded content").
+PASSIVE_TYPES = BINARY_TYPES | TEXT_LIKE | {"text/plain", "text/markdown", "text/csv"}
 
 
 def check_filename(name: str) -> str:
@@ -111,3 +116,10 @@ def is_text_type(content_type: str) -> bool:
 
 def is_image_type(content_type: str) -> bool:
     return content_type in IMAGE_TYPES
+
+
+def served_type(content_type: str) -> str:
+    """The ``Content-Type`` a download of a file of this stored type is sent with."""
+    if content_type not in PASSIVE_TYPES:
+        return "application/octet-stream"
+    return f"{content_type}; charset=utf-8" if is_text_type(content_type) else content_type

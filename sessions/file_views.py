@@ -169,9 +169,7 @@ class SessionFileContentView(SessionScopedMixin, APIView):
             for key, value in headers.items():
                 not_modified[key] = value
             return not_modified
-        content_type = row.content_type
-        if file_types.is_text_type(content_type):
-            content_type += "; charset=utf-8"
+        content_type = file_types.served_type(row.content_type)
         try:
             handle = file_store.open_blob(row.sha256)
         except FileNotFoundError:

@@ -265,6 +265,75 @@ def test_download_headers_etag_and_304(
     assert_error(client_for(CAROL).get(path), 404, "not_found")
 
 
+ACTIVE_CONTENT = [
+    ("page.html", b"<html><script>alert(document.cookie)</script></html>"),
+    ("page.htm", b"<script>alert(1)</script>"),
+    ("page.shtml", b"<script>alert(1)</script>"),
+    ("app.js", b"alert(1)"),
+    ("app.mjs", b"export default 1"),
+    ("style.css", b"body { color: red }"),
+]
+# Text a browser runs script in when served as its own type; stored as ``text/plain`` or
+# an XML type depending on the machine's MIME table, never served as one that runs.
+MARKUP = [
+    ("image.svg", b'<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"/>'),
+    ("page.xhtml", b'<html xmlns="http://www.w3.org/1999/xhtml"><script>alert(1)</script></html>'),
+    ("data.xml", b'<?xml version="1.0"?><x:script xmlns:x="http://www.w3.org/1999/xhtml"/>'),
+    ("style.xsl", b'<xsl:stylesheet version="1.0"/>'),
+]
+
+
+def download(client: APIClient, session_id: str, name: str, data: bytes) -> Any:
+    body = upload_ok(client, session_id, name, data)
+    response = client.get(FILES.format(session_id=session_id) + "/" + body["id"] + "/content")
+    assert response.status_code == 200
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert response["Content-Disposition"].startswith("attachment;")
+    assert b"".join(response.streaming_content) == data
+    return response
+
+
+@pytest.mark.parametrize(("name", "data"), ACTIVE_CONTENT)
+def test_active_content_is_downloaded_as_bytes(
+    client_for: Client, create_session: Callable[..., str], name: str, data: bytes
+) -> None:
+    """A page, a script or a style sheet served with its own type from this origin would
+    run as the app's: downloads keep their type only when it is passive."""
+    response = download(client_for(ALICE), create_session(), name, data)
+    assert response["Content-Type"] == "application/octet-stream"
+
+
+@pytest.mark.parametrize(("name", "data"), MARKUP)
+def test_markup_is_never_served_as_markup(
+    client_for: Client, create_session: Callable[..., str], name: str, data: bytes
+) -> None:
+    response = download(client_for(ALICE), create_session(), name, data)
+    assert response["Content-Type"] in ("application/octet-stream", "text/plain; charset=utf-8")
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "served"),
+    [
+        ("notes.txt", b"plain", "text/plain; charset=utf-8"),
+        ("notes.md", b"# title", "text/markdown; charset=utf-8"),
+        ("table.csv", b"a,b\n", "text/csv; charset=utf-8"),
+        ("data.json", b'{"a": 1}', "application/json; charset=utf-8"),
+        ("rows.jsonl", b"{}\n", "application/jsonl; charset=utf-8"),
+        ("doc.pdf", PDF_BYTES, "application/pdf"),
+        ("p.png", png_bytes(), "image/png"),
+    ],
+)
+def test_passive_content_keeps_its_type(
+    client_for: Client, create_session: Callable[..., str], name: str, data: bytes, served: str
+) -> None:
+    session_id = create_session()
+    alice = client_for(ALICE)
+    body = upload_ok(alice, session_id, name, data)
+    response = alice.get(FILES.format(session_id=session_id) + "/" + body["id"] + "/content")
+    assert response["Content-Type"] == served
+    assert response["X-Content-Type-Options"] == "nosniff"
+
+
 # --- delete and reference counting ------------------------------------------------------
 
 

@@ -146,6 +146,22 @@ def test_download_streams_the_whole_file_in_chunks(
     assert_error(missing, 404, "not_found")
 
 
+def test_a_workspace_page_is_never_served_as_a_page(
+    alice: APIClient, session_id: str, fake: FakeWorkspaceRunner, root: Path
+) -> None:
+    """An HTML file of the workspace comes back as bytes (a download) or inside JSON (a
+    read, escaped on the browsable API's page): never as ``text/html`` of its own."""
+    page = b"<html><script>alert(document.cookie)</script></html>"
+    (root / "page.html").write_bytes(page)
+    download = alice.get(url(session_id, "filesystem/page.html"), {"download": "1"})
+    assert download["Content-Type"] == "application/octet-stream"
+    assert download["X-Content-Type-Options"] == "nosniff"
+    assert async_to_sync(_collect)(download) == page
+    read = alice.get(url(session_id, "filesystem/page.html"), HTTP_ACCEPT="text/html")
+    assert read.status_code == 200
+    assert b"<script>alert" not in read.content
+
+
 async def _collect(response: Any) -> bytes:
     return b"".join([chunk async for chunk in response.streaming_content])
 

@@ -18,7 +18,7 @@ from omnigent_runner.transcript import to_chat_messages, to_responses_input
 from omnigent_site.domain_errors import InvalidInput, UnsupportedMediaType
 from omnigent_site.runtime import body_limit
 from sessions import file_store
-from sessions.file_types import check_filename, detect_type
+from sessions.file_types import check_filename, detect_type, served_type
 from testing.mockllm import files_received
 
 from ..api.files_helpers import PDF_BYTES, ZIP_BYTES, png_bytes
@@ -40,6 +40,43 @@ def test_accepted_names(name: str) -> None:
 def test_a_lone_surrogate_is_refused() -> None:
     with pytest.raises(InvalidInput):
         check_filename("bad\udc80.txt")
+
+
+# --- served types -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        "text/html",
+        "application/xhtml+xml",
+        "image/svg+xml",
+        "text/xml",
+        "application/xml",
+        "application/xslt+xml",
+        "text/javascript",
+        "application/javascript",
+        "text/css",
+        "text/x-python",
+        "",
+    ],
+)
+def test_anything_but_a_passive_type_is_served_as_bytes(stored: str) -> None:
+    assert served_type(stored) == "application/octet-stream"
+
+
+@pytest.mark.parametrize(
+    ("stored", "served"),
+    [
+        ("text/plain", "text/plain; charset=utf-8"),
+        ("text/markdown", "text/markdown; charset=utf-8"),
+        ("application/json", "application/json; charset=utf-8"),
+        ("image/png", "image/png"),
+        ("application/pdf", "application/pdf"),
+    ],
+)
+def test_passive_types_are_served_as_stored(stored: str, served: str) -> None:
+    assert served_type(stored) == served
 
 
 # --- types ------------------------------------------------------------------------------
