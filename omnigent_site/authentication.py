@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, cast
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.http import HttpRequest
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
@@ -51,6 +52,21 @@ def is_trusted_proxy(remote_addr: str | None) -> bool:
     except ValueError:
         return False
     return any(address in network for network in _trusted_networks(entries))
+
+
+def client_address(request: HttpRequest) -> str:
+    """The client's IP address: the TCP peer, or, when the peer is on the (non-empty)
+    ``OMNIGENT_TRUSTED_PROXIES`` list, the last ``X-Forwarded-For`` hop that is not on
+    it: the address the outermost trusted proxy saw. Hops a client wrote itself come
+    before that one and are never taken."""
+    peer = str(request.META.get("REMOTE_ADDR") or "").strip()
+    if not settings.OMNIGENT_TRUSTED_PROXIES or not is_trusted_proxy(peer):
+        return peer
+    forwarded = str(request.META.get("HTTP_X_FORWARDED_FOR") or "")
+    for hop in reversed([part.strip() for part in forwarded.split(",") if part.strip()]):
+        if not is_trusted_proxy(hop):
+            return hop
+    return peer
 
 
 def request_user(request: Request) -> AuthUser:

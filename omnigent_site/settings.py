@@ -332,6 +332,12 @@ OMNIGENT_THROTTLE_RUNNER_RATE = os.environ.get("OMNIGENT_THROTTLE_RUNNER_RATE", 
 # (3,000 a minute), which the user rate alone would refuse after 24 s.
 OMNIGENT_THROTTLE_POLL_RATE = os.environ.get("OMNIGENT_THROTTLE_POLL_RATE", "6000/min").strip()
 OMNIGENT_MAX_STREAMS_PER_USER = max(0, env_int("OMNIGENT_MAX_STREAMS_PER_USER", 50))
+# Failed sign-ins (omnigent_site/signin_limits.py): per user name and per client
+# address, each per window; 0 turns a limit off.
+OMNIGENT_SIGNIN_FAILURES_PER_USER = max(0, env_int("OMNIGENT_SIGNIN_FAILURES_PER_USER", 5))
+OMNIGENT_SIGNIN_FAILURES_PER_ADDRESS = max(0, env_int("OMNIGENT_SIGNIN_FAILURES_PER_ADDRESS", 20))
+OMNIGENT_SIGNIN_WINDOW_S = max(0.0, env_float("OMNIGENT_SIGNIN_WINDOW_S", 900.0))
+AUTHENTICATION_BACKENDS = ["omnigent_site.signin_limits.RateLimitedModelBackend"]
 for _name in (
     "OMNIGENT_THROTTLE_USER_RATE",
     "OMNIGENT_THROTTLE_RUNNER_RATE",

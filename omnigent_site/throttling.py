@@ -23,8 +23,10 @@ Counts live in the ``throttle`` cache: this process's memory, or Redis when
 ``REDIS_URL`` is set, so that every process shares them. On Redis one script reads,
 decides and writes a count in one round trip (``RedisCacheWithRates.admit``), so
 requests that arrive together, in any processes, are each counted; in memory the count
-is read and written through the cache. A cache that fails lets the request through
-(logged): throttling protects the service, it must not take it down.
+is read and written through the cache, under a lock. A cache that fails lets the
+request through (logged): throttling protects the service, it must not take it down.
+``admit`` and ``give_back`` are the rate on its own, for limits that are not DRF
+throttles (failed sign-ins, ``omnigent_site/signin_limits.py``).
 
 Each key holds one number, not DRF's list of every request's time. DRF's
 ``SimpleRateThrottle`` keeps that list and reads and writes it whole on every request:
@@ -41,6 +43,7 @@ count, as with DRF's throttle.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from django.conf import settings
@@ -51,6 +54,49 @@ from rest_framework.throttling import SimpleRateThrottle
 from omnigent_site.runtime.redis_cache import RedisCacheWithRates
 
 log = logging.getLogger(__name__)
+
+
+# The in-memory path's read, decide and write, one at a time (the script's atomicity).
+_local_counts = threading.Lock()
+
+
+def admit(
+    cache: BaseCache, key: str, *, now: float, interval_s: float, duration_s: float
+) -> float | None:
+    """Count one request against the rate kept under ``key``: None when it is admitted,
+    else how many seconds until one would be (it is then not counted)."""
+    if isinstance(cache, RedisCacheWithRates):
+        # Its own key: a number in the script's format, never read through ``get``.
+        return cache.admit(f"{key}:rate", now=now, interval_s=interval_s, duration_s=duration_s)
+    with _local_counts:
+        stored = cache.get(key)
+        # Anything but a number (DRF's list of times, left by an older server under the
+        # same key) counts as a whole allowance.
+        start = float(stored) if isinstance(stored, int | float) else now
+        whole_at = max(start, now) + interval_s
+        if whole_at - now > duration_s:
+            return whole_at - now - duration_s
+        # Past ``duration`` the allowance is whole again: the key can go.
+        cache.set(key, whole_at, duration_s)
+        return None
+
+
+def give_back(
+    cache: BaseCache, key: str, *, now: float, interval_s: float, duration_s: float
+) -> None:
+    """Take back one admitted request: it turned out not to count."""
+    if isinstance(cache, RedisCacheWithRates):
+        cache.give_back(f"{key}:rate", now=now, interval_s=interval_s, duration_s=duration_s)
+        return
+    with _local_counts:
+        stored = cache.get(key)
+        if not isinstance(stored, int | float):
+            return
+        whole_at = float(stored) - interval_s
+        if whole_at <= now:
+            cache.delete(key)
+        else:
+            cache.set(key, whole_at, duration_s)
 
 
 class _ConfiguredRateThrottle(SimpleRateThrottle):
@@ -82,27 +128,14 @@ class _ConfiguredRateThrottle(SimpleRateThrottle):
             return True
 
     def _admit(self, key: str) -> bool:
-        now = self.timer()
-        if isinstance(self.cache, RedisCacheWithRates):
-            # Its own key: a number in the script's format, never read through ``get``.
-            self._wait_s = self.cache.admit(
-                f"{key}:rate",
-                now=now,
-                interval_s=self._interval_s,
-                duration_s=self._duration_s,
-            )
-            return self._wait_s is None
-        stored = self.cache.get(key)
-        # Anything but a number (DRF's list of times, left by an older server under the
-        # same key) counts as a whole allowance.
-        start = float(stored) if isinstance(stored, int | float) else now
-        whole_at = max(start, now) + self._interval_s
-        if whole_at - now > self._duration_s:
-            self._wait_s = whole_at - now - self._duration_s
-            return False
-        # Past ``duration`` the allowance is whole again: the key can go.
-        self.cache.set(key, whole_at, self._duration_s)
-        return True
+        self._wait_s = admit(
+            self.cache,
+            key,
+            now=self.timer(),
+            interval_s=self._interval_s,
+            duration_s=self._duration_s,
+        )
+        return self._wait_s is None
 
     def wait(self) -> float | None:
         if self._wait_s is None:

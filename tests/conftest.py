@@ -103,13 +103,16 @@ def _data_dir(tmp_path_factory: pytest.TempPathFactory, settings: object) -> Non
 
 @pytest.fixture(autouse=True)
 def _no_client_limits(settings: object) -> None:
-    """Request rates and open-stream bounds off: the suite sends far more requests per
-    user and minute than any client should. ``tests/api/test_client_limits.py`` and
-    ``tests/consumers/test_stream_limit_asgi.py`` turn them on with small values."""
+    """Request rates, open-stream bounds and sign-in limits off: the suite sends far more
+    requests per user and minute than any client should. ``tests/api/test_client_limits.py``,
+    ``tests/consumers/test_stream_limit_asgi.py`` and ``tests/api/test_signin_limits.py``
+    turn them on with small values."""
     settings.OMNIGENT_THROTTLE_USER_RATE = ""  # type: ignore[attr-defined]
     settings.OMNIGENT_THROTTLE_RUNNER_RATE = ""  # type: ignore[attr-defined]
     settings.OMNIGENT_THROTTLE_POLL_RATE = ""  # type: ignore[attr-defined]
     settings.OMNIGENT_MAX_STREAMS_PER_USER = 0  # type: ignore[attr-defined]
+    settings.OMNIGENT_SIGNIN_FAILURES_PER_USER = 0  # type: ignore[attr-defined]
+    settings.OMNIGENT_SIGNIN_FAILURES_PER_ADDRESS = 0  # type: ignore[attr-defined]
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ every change it makes goes through the public HTTP API, in the browser.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
@@ -22,6 +23,7 @@ from django.views.decorators.http import require_POST
 from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 
+from omnigent_site import signin_limits
 from omnigent_site.authentication import (
     ForwardedHeaderAuthentication,
     LocalSingleUserAuthentication,
@@ -124,6 +126,18 @@ class SignInView(LoginView):
         context["page"] = "signin"
         context["local_mode"] = settings.OMNIGENT_LOCAL_SINGLE_USER
         return context
+
+    def form_invalid(self, form: Any) -> HttpResponse:
+        wait_s = getattr(self.request, signin_limits.WAIT_ATTRIBUTE, None)
+        if wait_s is None:
+            return super().form_invalid(form)
+        # Too many failed sign-ins (omnigent_site/signin_limits.py): the password was
+        # not checked; say so, and when to try again.
+        minutes = max(1, math.ceil(wait_s / 60))
+        context = self.get_context_data(form=form, retry_minutes=minutes)
+        response = self.render_to_response(context, status=429)
+        response["Retry-After"] = str(max(1, math.ceil(wait_s)))
+        return response
 
 
 @require_POST

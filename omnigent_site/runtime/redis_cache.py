@@ -24,7 +24,8 @@ client's count, decides and writes it back atomically. Through the cache's ``get
 ``set`` the check took two round trips, each with a ``redis.Redis`` client that Django
 builds for every call, and two processes (or threads) that read the same count at once
 both admitted their request. The script runs on a client made once per process and
-server, on the same shared pool.
+server, on the same shared pool. ``give_back`` takes one counted request back the same
+way (a sign-in that succeeded, ``omnigent_site/signin_limits.py``).
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ class ProcessConnectionPool(ConnectionPool):
         """``ADMIT_SCRIPT`` on a client of this pool: one per shared pool, so per process."""
         return redis.Redis(connection_pool=self).register_script(ADMIT_SCRIPT)
 
+    @cached_property
+    def give_back_script(self) -> Script:
+        """``GIVE_BACK_SCRIPT`` on a client of this pool, as ``admit_script``."""
+        return redis.Redis(connection_pool=self).register_script(GIVE_BACK_SCRIPT)
+
     @classmethod
     def disconnect_all(cls) -> None:
         """Close every shared pool's connections (tests; a pool reconnects when used)."""
@@ -94,6 +100,21 @@ redis.call('SET', KEYS[1], string.format('%.6f', whole_at), 'PX', ARGV[4])
 return false
 """
 
+# One admitted request taken back (it turned out not to count): the count moves one
+# interval earlier, and goes when that is not in the future. ARGV as ADMIT_SCRIPT's.
+GIVE_BACK_SCRIPT = """
+local now = tonumber(ARGV[1])
+local whole_at = tonumber(redis.call('GET', KEYS[1]))
+if not whole_at then return false end
+whole_at = whole_at - tonumber(ARGV[2])
+if whole_at <= now then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], string.format('%.6f', whole_at), 'PX', ARGV[4])
+end
+return false
+"""
+
 
 class RedisCacheWithRates(RedisCache):
     """Django's Redis cache, plus ``admit``: a rate check in one atomic round trip."""
@@ -101,6 +122,20 @@ class RedisCacheWithRates(RedisCache):
     def admit(self, key: str, *, now: float, interval_s: float, duration_s: float) -> float | None:
         """Count one request against the rate kept under ``key``: None when it is
         admitted, else how many seconds until one would be (it is then not counted)."""
+        wait = self._pool().admit_script(
+            keys=[self.make_and_validate_key(key)],
+            args=self._rate_args(now=now, interval_s=interval_s, duration_s=duration_s),
+        )
+        return None if wait is None else float(wait)
+
+    def give_back(self, key: str, *, now: float, interval_s: float, duration_s: float) -> None:
+        """Take back one request ``admit`` counted under ``key``."""
+        self._pool().give_back_script(
+            keys=[self.make_and_validate_key(key)],
+            args=self._rate_args(now=now, interval_s=interval_s, duration_s=duration_s),
+        )
+
+    def _pool(self) -> ProcessConnectionPool:
         # The pool Django's own writes use (the first server's), shared by the process.
         pool = self._cache.get_client(write=True).connection_pool
         if not isinstance(pool, ProcessConnectionPool):
@@ -108,13 +143,8 @@ class RedisCacheWithRates(RedisCache):
                 "RedisCacheWithRates needs OPTIONS['pool_class'] = "
                 "'omnigent_site.runtime.redis_cache.ProcessConnectionPool'"
             )
-        wait = pool.admit_script(
-            keys=[self.make_and_validate_key(key)],
-            args=[
-                repr(now),
-                repr(interval_s),
-                repr(duration_s),
-                max(1, math.ceil(duration_s * 1000)),
-            ],
-        )
-        return None if wait is None else float(wait)
+        return pool
+
+    @staticmethod
+    def _rate_args(*, now: float, interval_s: float, duration_s: float) -> list[Any]:
+        return [repr(now), repr(interval_s), repr(duration_s), max(1, math.ceil(duration_s * 1000))]
