@@ -365,3 +365,34 @@ def document_rate_limits(result: dict[str, Any], **_: Any) -> dict[str, Any]:
                 "content": {"application/json": responses["401"]["content"]["application/json"]},
             }
     return result
+
+
+def document_cross_site_refusals(result: dict[str, Any], **_: Any) -> dict[str, Any]:
+    """Postprocessing hook: every authenticated state change may answer 403 and 415.
+
+    In header and local mode a request a browser marks as coming from another site is
+    403 and a body that is not of a type the operation takes is 415, before the view
+    runs (``omnigent_site/cross_site.py``), so both are added here once.
+    """
+    refusals = {
+        "403": ERROR_DESCRIPTIONS[403] + " Also: a state change from a page of another site.",
+        "415": ERROR_DESCRIPTIONS[415],
+    }
+    for operations in result.get("paths", {}).values():
+        for method, operation in operations.items():
+            responses = operation.get("responses") if isinstance(operation, dict) else None
+            if method not in ("post", "put", "patch", "delete") or not responses:
+                continue
+            if "401" not in responses:
+                continue
+            for status, description in refusals.items():
+                responses.setdefault(
+                    status,
+                    {
+                        "description": description,
+                        "content": {
+                            "application/json": responses["401"]["content"]["application/json"]
+                        },
+                    },
+                )
+    return result

@@ -416,6 +416,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "omnigent_site.schema.document_rate_limits",
+        "omnigent_site.schema.document_cross_site_refusals",
     ],
 }
 

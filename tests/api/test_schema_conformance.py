@@ -644,6 +644,26 @@ def exercise_rate_limits(alice: Caller, conformance: Conformance, session_id: st
     caches["throttle"].clear()
 
 
+def exercise_cross_site_refusals(alice: Caller, conformance: Conformance, session_id: str) -> None:
+    """Every state change answers 403 when the browser says another site sent it, and 415
+    to a form body (omnigent_site/cross_site.py); both before the view looks at ids."""
+    for refused, kwargs in (
+        ("403", {"headers": {"HTTP_ORIGIN": "https://evil.example"}}),
+        ("415", {"data": "a=1", "content_type": "application/x-www-form-urlencoded"}),
+    ):
+        pending = sorted(
+            (path, method)
+            for path, method, status in conformance.documented() - conformance.seen
+            if status == refused
+        )
+        for path, method in pending:
+            params = {name: "placeholder" for name in _path_parameters(path)}
+            if "session_id" in params:
+                params["session_id"] = session_id
+            response = alice(method, path, **kwargs, **params)
+            assert str(response.status_code) == refused, (method, path, response.status_code)
+
+
 def _path_parameters(template: str) -> list[str]:
     import string
 
@@ -669,6 +689,7 @@ def test_every_response_matches_its_documented_schema(
     exercise_session_files(alice, bob, anon, session_id)
     exercise_fork(alice, anon, session_id)
     exercise_deletes_and_identity(alice, bob, anon, session_id)
+    exercise_cross_site_refusals(alice, conformance, other)
     exercise_rate_limits(alice, conformance, other)
 
     assert conformance.problems == [], "\n".join(conformance.problems)
