@@ -108,6 +108,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Outermost: Django's own error pages on API paths become the error format.
     "omnigent_site.errors.ErrorFormatMiddleware",
+    # API URLs whose path or query string is not UTF-8: 400 before anything decodes them.
+    "omnigent_site.utf8_urls.Utf8UrlMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -386,8 +388,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PARSER_CLASSES": [
         "omnigent_site.parsers.JSONParser",
-        "rest_framework.parsers.MultiPartParser",
-        "rest_framework.parsers.FormParser",
+        "omnigent_site.parsers.MultiPartParser",
+        "omnigent_site.parsers.FormParser",
     ],
     "EXCEPTION_HANDLER": "omnigent_site.errors.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": [
