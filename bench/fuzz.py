@@ -2,9 +2,11 @@
 local single-user mode and in header mode, with many more cases per operation than the
 CI test (``tests/fuzz/test_schemathesis.py``; the shared code is ``testing/fuzzing.py``).
 
-Prints schemathesis's summary per mode, then one JSON object: per mode the requests, the
-seconds, the status codes and how many operations below a seeded session answered 2xx.
-Exits 1 when a mode found a failure.
+Each mode first sends every operation text that is not UTF-8
+(``fuzzing.not_utf8_sweep``, a few seconds). Prints schemathesis's summary per mode, then
+one JSON object: per mode the requests, the seconds, the status codes, how many
+operations below a seeded session answered 2xx, and the not-UTF-8 requests and
+failures. Exits 1 when a mode found a failure.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ def run_mode(
         found = fuzzing.seed_resources(server, user=user, mock_llm=mock_llm, log_dir=tmp)
         if found.runner_process is not None:
             stack.callback(found.runner_process.stop)
+        not_utf8 = fuzzing.not_utf8_sweep(server, found, user=user)
+        for failure in not_utf8.failures:
+            print(f"not UTF-8: {failure}", flush=True)
         config = fuzzing.write_config(
             tmp / "schemathesis.toml",
             found,
@@ -67,7 +72,9 @@ def run_mode(
         )
         print(result.output[-6000:], flush=True)
         return {
-            "passed": result.returncode == 0,
+            "passed": result.returncode == 0 and not not_utf8.failures,
+            "not_utf8_requests": not_utf8.requests,
+            "not_utf8_failures": len(not_utf8.failures),
             "deep_operations": fuzzing.deep_successes(result, found),
             **fuzzing.summary(result),
         }

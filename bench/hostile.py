@@ -9,7 +9,9 @@ runner on every ``session.open``:
 * ``deep_flow``: half a million ``[`` (500 KB), refused at the 65th level;
 * ``wide_aliases``: a list of 100,000 aliases of one scalar, refused at the value budget;
 * ``legit_1mib``: the largest YAML accepted, a 1 MiB prompt, parsed in full (the most
-  parse work one upload can cause).
+  parse work one upload can cause);
+* ``not_utf8_1mib``: the same with an overlong ``\\xc0\\xaf`` at its end, refused when
+  the text is decoded, before parsing.
 
 Each case is timed ``--repeat`` times; the median and the maximum are reported in ms.
 ``--baseline`` also times ``yaml.safe_load`` on the 24 MiB text, what an upload cost
@@ -47,7 +49,12 @@ def alias_bomb() -> str:
     return "\n".join(lines) + "\n"
 
 
-CASES: dict[str, Callable[[], str]] = {
+def not_utf8(size: int) -> bytes:
+    """``size`` bytes of agent YAML whose last two are an overlong ``/`` (not UTF-8)."""
+    return padded_yaml(size - 2).encode("utf-8") + b"\xc0\xaf"
+
+
+CASES: dict[str, Callable[[], str | bytes]] = {
     "gzip_bomb": lambda: padded_yaml(24 * 1024 * 1024),
     "alias_bomb": alias_bomb,
     "deep_flow": lambda: "name: d\nprompt: p\nx: " + "[" * 500_000 + "\n",
@@ -55,6 +62,7 @@ CASES: dict[str, Callable[[], str]] = {
         "name: w\nprompt: p\na: &a x\nl: [" + ", ".join(["*a"] * 100_001) + "]\n"
     ),
     "legit_1mib": lambda: padded_yaml(1024 * 1024),
+    "not_utf8_1mib": lambda: not_utf8(1024 * 1024),
 }
 
 

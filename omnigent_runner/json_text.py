@@ -15,6 +15,12 @@ Two kinds of valid-looking JSON broke the server before this module existed:
   in an error message failed later. msgspec refuses it while parsing; the error says
   what was wrong.
 
+Text that is not UTF-8 at all (an overlong form such as ``\\xc0\\xaf``, an encoded
+surrogate ``\\xed\\xa0\\x80``, a truncated sequence, a lone continuation byte inside a
+string; or a ``str`` holding a raw surrogate) makes msgspec raise ``UnicodeError``
+rather than its ``DecodeError``; :func:`loads` and the tunnel decoders refuse it the
+same way, with a message that names the byte and its offset, never the bytes.
+
 The server's request parser (``omnigent_site.json_input``) and the tunnel decoders
 (``omnigent_runner.protocol``) both parse through :func:`loads` / :func:`check_depth`.
 This module is Django-free: the runner uses it too.
@@ -86,6 +92,23 @@ def has_lone_surrogate_escape(data: str | bytes) -> bool:
     return _LONE_SURROGATE.search(text) is not None
 
 
+def not_utf8_message(data: str | bytes, exc: UnicodeError) -> str:
+    """What was wrong with text that is not UTF-8, without repeating the text itself
+    (the offset is of the whole text: msgspec's counts from the string it was in)."""
+    if isinstance(data, bytes):
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as whole:
+            exc = whole
+    if isinstance(exc, UnicodeDecodeError):
+        bad = exc.object[exc.start : exc.start + 1].hex()
+        return (
+            f"not valid JSON text: it is not UTF-8 (byte 0x{bad} at offset {exc.start}: "
+            f"{exc.reason})"
+        )
+    return "not valid JSON text: it contains a lone surrogate, which UTF-8 cannot encode"
+
+
 def explain_decode_error(data: str | bytes, exc: Exception) -> str:
     """What was wrong with JSON text msgspec refused, in words a client can act on."""
     if has_lone_surrogate_escape(data):
@@ -96,7 +119,7 @@ def explain_decode_error(data: str | bytes, exc: Exception) -> str:
 def loads(data: str | bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
     """Parse JSON text into plain Python values, refusing what cannot be handled safely.
 
-    UTF-8 only (RFC 8259), no ``NaN``/``Infinity``, no integers beyond 64 bits, no lone
+    Valid UTF-8 only (RFC 8259), no ``NaN``/``Infinity``, no integers beyond 64 bits, no lone
     surrogates, at most ``max_depth`` levels of nesting; every refusal is a
     :class:`JsonTextError`.
     """
@@ -107,6 +130,8 @@ def loads(data: str | bytes, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
         raise JsonTextError(explain_decode_error(data, exc)) from None
     except (msgspec.ValidationError, RecursionError) as exc:
         raise JsonTextError(f"not valid JSON: {exc}") from None
+    except UnicodeError as exc:
+        raise JsonTextError(not_utf8_message(data, exc)) from None
 
 
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')

@@ -39,6 +39,7 @@ from omnigent_runner.json_text import (
     MAX_DEPTH_CEILING,
     explain_decode_error,
     is_too_deep,
+    not_utf8_message,
     shallow,
     too_deep_message,
 )
@@ -533,16 +534,20 @@ def decode_runner_frame(data: str | bytes, *, max_depth: int = DEFAULT_FRAME_DEP
     than ``max_depth``) comes back with an :class:`UnparsedEvent` payload rather than an
     error (see there). A ``hello`` for another protocol version raises
     ``unsupported_protocol`` even if its other fields are unreadable, so the consumer
-    can answer it with 4002.
+    can answer it with 4002. Text that is not UTF-8 (bytes, or a ``str`` holding a
+    surrogate) is ``malformed``, like any other text that is not JSON.
     """
-    if is_too_deep(data, max_depth):
-        return _too_deep_runner_frame(data, max_depth)
     try:
-        frame = _runner_decoder.decode(data)
-    except msgspec.ValidationError as exc:
-        return _runner_fallback(data, exc, max_depth)
-    except msgspec.DecodeError as exc:
-        raise ProtocolError(MALFORMED, explain_decode_error(data, exc)) from None
+        if is_too_deep(data, max_depth):
+            return _too_deep_runner_frame(data, max_depth)
+        try:
+            frame = _runner_decoder.decode(data)
+        except msgspec.ValidationError as exc:
+            return _runner_fallback(data, exc, max_depth)
+        except msgspec.DecodeError as exc:
+            raise ProtocolError(MALFORMED, explain_decode_error(data, exc)) from None
+    except UnicodeError as exc:  # not UTF-8, wherever it was found
+        raise ProtocolError(MALFORMED, not_utf8_message(data, exc)) from None
     if type(frame) is Hello and frame.protocol != PROTOCOL_VERSION:
         raise _unsupported(frame.protocol)
     return frame
@@ -551,14 +556,17 @@ def decode_runner_frame(data: str | bytes, *, max_depth: int = DEFAULT_FRAME_DEP
 def decode_server_frame(data: str | bytes, *, max_depth: int = SERVER_FRAME_DEPTH) -> ServerFrame:
     """Parse a frame the server sent to the runner (one nesting deeper than ``max_depth``
     raises ``invalid_frame`` with its ``type`` and ``id``, so a command gets its nack)."""
-    if is_too_deep(data, max_depth):
-        raise _too_deep(data, max_depth, SERVER_FRAME_TYPES)
     try:
-        return _server_decoder.decode(data)
-    except msgspec.ValidationError as exc:
-        raise _explain(data, exc, SERVER_FRAME_TYPES) from None
-    except msgspec.DecodeError as exc:
-        raise ProtocolError(MALFORMED, explain_decode_error(data, exc)) from None
+        if is_too_deep(data, max_depth):
+            raise _too_deep(data, max_depth, SERVER_FRAME_TYPES)
+        try:
+            return _server_decoder.decode(data)
+        except msgspec.ValidationError as exc:
+            raise _explain(data, exc, SERVER_FRAME_TYPES) from None
+        except msgspec.DecodeError as exc:
+            raise ProtocolError(MALFORMED, explain_decode_error(data, exc)) from None
+    except UnicodeError as exc:  # not UTF-8, wherever it was found
+        raise ProtocolError(MALFORMED, not_utf8_message(data, exc)) from None
 
 
 def encode(frame: Frame) -> str:

@@ -67,6 +67,7 @@ from omnigent_runner.protocol import (
     encode_bytes,
     frame_type,
 )
+from omnigent_runner.tools.fsutil import os_reason
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +111,12 @@ def _pid_alive(pid: int) -> bool:
     except OSError:
         return True  # e.g. PermissionError: it exists but belongs to someone else
     return True
+
+
+def _shown(exc: Exception) -> str:
+    """An unexpected failure's text for the server: an ``OSError``'s without the absolute
+    path of this machine it carries (the server may show it to an API client)."""
+    return os_reason(exc) if isinstance(exc, OSError) else str(exc)
 
 
 class RunnerTunnel:
@@ -534,7 +541,7 @@ class RunnerTunnel:
             reply(Nack(id=command_id, error=ErrorInfo(code=exc.code, message=exc.message)))
         except Exception as exc:
             logger.exception("%s command %r failed", kind, command_id)
-            reply(Nack(id=command_id, error=ErrorInfo(code="internal_error", message=str(exc))))
+            reply(Nack(id=command_id, error=ErrorInfo(code="internal_error", message=_shown(exc))))
         else:
             reply(Ack(id=command_id))
 
@@ -596,7 +603,7 @@ class RunnerTunnel:
             status = exc.status
         except Exception as exc:
             logger.exception("rpc %r failed", frame.method)
-            error = ErrorInfo(code="internal_error", message=str(exc))
+            error = ErrorInfo(code="internal_error", message=_shown(exc))
         else:
             reply(answer)
             return

@@ -7,8 +7,12 @@ the event loop that carries the tunnel's heartbeats. Failures raise
 
 Confinement is the ``sys_os_*`` tools' own (:func:`~omnigent_runner.tools.fsutil.
 resolve_in_root`: joined to the root, symlinks followed, must stay inside), after the
-stricter checks of the API: relative paths only, no ``..`` segment, no NUL. Writes
-inside ``.git`` are refused (403) whether the path names it or a symlink leads there.
+stricter checks of the API: relative paths only, no ``..`` segment, no NUL, no name over
+255 bytes and no path over 4,096. Writes inside ``.git`` are refused (403) whether the
+path names it or a symlink leads there.
+
+An ``OSError``'s text names the absolute path on this machine; no error leaves here
+with it. Every failure names the path as the API gave it (:func:`os_failure`).
 
 Stdlib only: the runner imports this without Django.
 """
@@ -17,19 +21,30 @@ from __future__ import annotations
 
 import base64
 import codecs
+import errno
 import fnmatch
+import io
 import os
 import re
 import shutil
 import stat
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import re2
+
 from omnigent_runner.tools.arguments import ToolError
 from omnigent_runner.tools.file_tools import apply_edits, editable_text
-from omnigent_runner.tools.fsutil import PathError, atomic_write, decode_text, resolve_in_root
+from omnigent_runner.tools.fsutil import (
+    PathError,
+    atomic_write,
+    decode_text,
+    os_reason,
+    resolve_in_root,
+)
 
 ENTRY_OBJECT = "session.environment.filesystem.entry"
 FILE_OBJECT = "session.environment.filesystem.file"
@@ -51,6 +66,11 @@ SEARCH_FILE_MAX_BYTES = 8 * 1024 * 1024
 HARD_READ_MAX_BYTES = 8 * 1024 * 1024
 # Files recorded one by one when a directory is deleted (agent_edit mode).
 DELETE_TRACK_MAX_FILES = 1000
+# The longest name (one path component) and the longest path the API takes, in bytes
+# of UTF-8: the usual NAME_MAX and PATH_MAX of Linux and macOS file systems. The server
+# checks them too, before it relays anything (``workspaces.serializers``).
+NAME_MAX_BYTES = 255
+PATH_MAX_BYTES = 4096
 _SNIFF_BYTES = 8192
 
 
@@ -72,11 +92,51 @@ def not_found(path: str) -> WorkspaceError:
     return WorkspaceError(404, "not_found", f"'{path}' not found in the workspace")
 
 
+# errno -> (status, code) of the answer; anything else is the caller's default.
+_ERRNO_ANSWERS = {
+    errno.ENOENT: (404, "not_found"),
+    errno.EACCES: (403, "forbidden"),
+    errno.EPERM: (403, "forbidden"),
+    errno.ENAMETOOLONG: (400, "invalid_input"),
+    errno.ELOOP: (400, "invalid_input"),
+    errno.ENOTDIR: (400, "invalid_input"),
+    errno.EISDIR: (409, "conflict"),
+    errno.EEXIST: (409, "conflict"),
+    errno.ENOTEMPTY: (409, "conflict"),
+}
+
+
+def os_failure(exc: BaseException, rel: str, action: str, *, status: int = 409) -> WorkspaceError:
+    """The answer to a failed file operation on ``rel`` (the path as the API names it):
+    the status its errno calls for, else ``status``, and never the absolute path."""
+    code = "conflict" if status == 409 else "invalid_input"
+    if isinstance(exc, OSError) and exc.errno in _ERRNO_ANSWERS:
+        status, code = _ERRNO_ANSWERS[exc.errno]
+    return WorkspaceError(status, code, f"cannot {action} '{rel}': {os_reason(exc)}")
+
+
+def path_length_problem(path: str) -> str | None:
+    """Why ``path`` is too long for a file system, or None (lengths in UTF-8 bytes)."""
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > PATH_MAX_BYTES:
+        return f"the path is {size} bytes long; the limit is {PATH_MAX_BYTES} bytes"
+    if size > NAME_MAX_BYTES:
+        for part in path.split("/"):
+            length = len(part.encode("utf-8", "surrogatepass"))
+            if length > NAME_MAX_BYTES:
+                return (
+                    f"a name in the path is {length} bytes long; the limit is "
+                    f"{NAME_MAX_BYTES} bytes per name"
+                )
+    return None
+
+
 # --- confinement -----------------------------------------------------------------------
 
 
 def check_api_path(path: Any, *, allow_root: bool = True) -> str:
-    """The API's path rules before any resolving: relative, no ``..``, no NUL.
+    """The API's path rules before any resolving: relative, no ``..``, no NUL, names and
+    the whole path within :data:`NAME_MAX_BYTES` and :data:`PATH_MAX_BYTES`.
 
     Returns the path normalised ("." for the root). ``\\`` counts as a separator for
     the ``..`` rule, so a Windows-style path cannot sneak a parent segment through.
@@ -85,6 +145,9 @@ def check_api_path(path: Any, *, allow_root: bool = True) -> str:
         raise bad_input("'path' must be a string")
     if "\x00" in path:
         raise bad_input("the path must not contain NUL characters")
+    too_long = path_length_problem(path)
+    if too_long:
+        raise bad_input(too_long)
     if path.startswith(("/", "\\")) or (len(path) > 1 and path[1] == ":"):
         raise bad_input("the path must be relative to the workspace root")
     if ".." in path.replace("\\", "/").split("/"):
@@ -172,7 +235,7 @@ def stat_target(root: Path, path: Any) -> tuple[Path, str, os.stat_result]:
     except FileNotFoundError:
         raise not_found(rel) from None
     except OSError as exc:
-        raise bad_input(f"cannot read '{rel}': {exc.strerror or exc}") from None
+        raise os_failure(exc, rel, "read", status=400) from None
     return target, rel, st
 
 
@@ -215,7 +278,7 @@ def list_directory(target: Path, rel: str, *, limit: Any, after: Any) -> dict[st
                     is_dir = False
                 keyed.append(((0 if is_dir else 1, item.name), item))
     except OSError as exc:
-        raise bad_input(f"cannot list '{rel}': {exc.strerror or exc}") from None
+        raise os_failure(exc, rel, "list", status=400) from None
     keyed.sort(key=lambda pair: pair[0])
     start = 0
     if after:
@@ -245,7 +308,7 @@ def read_file(target: Path, rel: str, st: os.stat_result, *, max_bytes: int) -> 
         with open(target, "rb") as fh:
             data = fh.read(cap + 1)
     except OSError as exc:
-        raise bad_input(f"cannot read '{rel}': {exc.strerror or exc}") from None
+        raise os_failure(exc, rel, "read", status=400) from None
     truncated = len(data) > cap
     data = data[:cap]
     text = _text_prefix(data) if truncated else decode_text(data)
@@ -289,7 +352,7 @@ def read_chunk(root: Path, path: Any, *, offset: Any, length: Any) -> dict[str, 
             fh.seek(offset)
             data = fh.read(length)
     except OSError as exc:
-        raise bad_input(f"cannot read '{rel}': {exc.strerror or exc}") from None
+        raise os_failure(exc, rel, "read", status=400) from None
     return {
         "path": rel,
         "bytes": st.st_size,
@@ -326,35 +389,33 @@ def decode_content(content: Any, encoding: Any, *, max_bytes: int) -> bytes:
 
 
 def write_file(target: Path, rel: str, data: bytes, *, create_parents: bool) -> None:
-    if target.is_dir():
-        raise WorkspaceError(409, "conflict", f"'{rel}' is a directory")
-    parent = target.parent
-    if not parent.is_dir():
-        if not create_parents:
-            raise WorkspaceError(
-                409, "conflict", f"the parent folder of '{rel}' does not exist (create_parents)"
-            )
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise WorkspaceError(
-                409, "conflict", f"cannot create the parent of '{rel}': {exc}"
-            ) from None
     try:
+        if target.is_dir():
+            raise WorkspaceError(409, "conflict", f"'{rel}' is a directory")
+        parent = target.parent
+        if not parent.is_dir():
+            if not create_parents:
+                raise WorkspaceError(
+                    409,
+                    "conflict",
+                    f"the parent folder of '{rel}' does not exist (create_parents)",
+                )
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise os_failure(exc, rel, "create the parent of") from None
         atomic_write(target, data)
     except OSError as exc:
-        raise WorkspaceError(
-            409, "conflict", f"cannot write '{rel}': {exc.strerror or exc}"
-        ) from None
+        raise os_failure(exc, rel, "write") from None
 
 
 def edit_file(target: Path, rel: str, old: str, new: str, *, replace_all: bool) -> None:
     """The ``sys_os_edit`` matching rules (plus ``replace_all``), all or nothing."""
-    if not target.exists():
-        raise not_found(rel)
-    if target.is_dir():
-        raise bad_input(f"'{rel}' is a directory, not a file")
     try:
+        if not target.exists():
+            raise not_found(rel)
+        if target.is_dir():
+            raise bad_input(f"'{rel}' is a directory, not a file")
         text = apply_edits(
             editable_text(target, rel), [(old, new)], single=True, replace_all=replace_all
         )
@@ -362,9 +423,7 @@ def edit_file(target: Path, rel: str, old: str, new: str, *, replace_all: bool) 
     except ToolError as exc:
         raise bad_input(str(exc)) from None
     except OSError as exc:
-        raise WorkspaceError(
-            409, "conflict", f"cannot write '{rel}': {exc.strerror or exc}"
-        ) from None
+        raise os_failure(exc, rel, "write") from None
 
 
 def delete_path(target: Path, rel: str, *, recursive: bool) -> None:
@@ -374,6 +433,8 @@ def delete_path(target: Path, rel: str, *, recursive: bool) -> None:
         st = os.lstat(link)
     except FileNotFoundError:
         raise not_found(rel) from None
+    except OSError as exc:
+        raise os_failure(exc, rel, "delete") from None
     try:
         if stat.S_ISDIR(st.st_mode):
             if any(os.scandir(link)):
@@ -387,9 +448,7 @@ def delete_path(target: Path, rel: str, *, recursive: bool) -> None:
         else:
             os.unlink(link)
     except OSError as exc:
-        raise WorkspaceError(
-            409, "conflict", f"cannot delete '{rel}': {exc.strerror or exc}"
-        ) from None
+        raise os_failure(exc, rel, "delete") from None
 
 
 def files_under(target: Path, rel: str, *, cap: int = DELETE_TRACK_MAX_FILES) -> list[str]:
@@ -406,6 +465,70 @@ def files_under(target: Path, rel: str, *, cap: int = DELETE_TRACK_MAX_FILES) ->
 
 
 # --- search ------------------------------------------------------------------------------
+
+
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # a refused pattern is the client's 400, not a log line
+    return options
+
+
+_RE2_OPTIONS = _re2_options()
+RE2_UNSUPPORTED = "backreferences, lookahead, lookbehind, atomic groups or possessive quantifiers"
+
+
+# A pattern that needs the line's own ends: ``\A``/``\z`` (the file's ends in a whole-file
+# search) or a flag group turning an option off (``(?-m)``, ``(?i-m:…)``).
+_LINE_BOUND = re.compile(r"\\[Az]|\(\?[A-Za-z]*-")
+
+
+@dataclass(frozen=True)
+class LineMatcher:
+    """How a search matches: ``line`` on one line of text (the answer), ``file`` on a
+    whole file's bytes, False only when no line of it can match (a cheap first pass
+    that skips most files with one call instead of one per line)."""
+
+    line: Callable[[str], Any]
+    file: Callable[[bytes], bool]
+
+
+def literal_matcher(query: str) -> LineMatcher:
+    needle = query.encode("utf-8")
+    return LineMatcher(line=lambda text: query in text, file=lambda data: needle in data)
+
+
+def compile_search_pattern(query: str) -> LineMatcher:
+    """``q`` as a regular expression, matched in time linear in the text (RE2).
+
+    Python's ``re`` backtracks: ``(a+)+$`` on a line of 28 ``a`` and a ``!`` held the
+    interpreter for minutes, in a worker thread but with the GIL, so every session on
+    the runner stalled behind one search (the 5 s budget is only checked between
+    lines). RE2 never backtracks; the price is that it refuses what needs backtracking.
+
+    RE2's Python binding costs microseconds a call, so each file is first searched
+    whole, in multi-line mode (``^`` and ``$`` at every line's ends, as on a line
+    alone); only a file where that finds something is searched line by line. Where
+    the whole-file pass could miss a line's match (``\\A``, ``\\z``, an option turned
+    off, a ``\\r`` before a line's end) every file is searched line by line.
+    """
+    try:
+        pattern = re2.compile(query, _RE2_OPTIONS)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "backslashreplace")
+        raise bad_input(
+            f"'q' is not a regular expression this search takes: {reason} (RE2 syntax, "
+            f"matched in linear time: no {RE2_UNSUPPORTED})"
+        ) from None
+    if _LINE_BOUND.search(query):
+        return LineMatcher(line=pattern.search, file=lambda data: True)
+    whole = re2.compile("(?m)" + query, _RE2_OPTIONS)
+
+    def file_may_match(data: bytes) -> bool:
+        return b"\r" in data or whole.search(data) is not None
+
+    return LineMatcher(line=pattern.search, file=file_may_match)
 
 
 def search(
@@ -431,18 +554,7 @@ def search(
     if glob is not None and not isinstance(glob, str):
         raise bad_input("'glob' must be a string")
     count = _limit(limit, SEARCH_DEFAULT_LIMIT, SEARCH_MAX_LIMIT)
-    matches: Callable[[str], Any]
-    if regex:
-        try:
-            pattern = re.compile(query)
-        except re.error as exc:
-            raise bad_input(f"'q' is not a valid regular expression: {exc}") from None
-        matches = pattern.search
-    else:
-        needle = query
-
-        def matches(line: str) -> bool:
-            return needle in line
+    matches = compile_search_pattern(query) if regex else literal_matcher(query)
 
     start, rel_start, st = stat_target(root, path or ".")
     real_root = root.resolve()
@@ -488,7 +600,7 @@ def _walk(start: Path, real_root: Path) -> Any:
 def _search_file(
     file_path: Path,
     rel: str,
-    matches: Any,
+    matches: LineMatcher,
     results: list[dict[str, Any]],
     limit: int,
     deadline: float,
@@ -500,23 +612,22 @@ def _search_file(
                 return False
             if os.fstat(fh.fileno()).st_size > SEARCH_FILE_MAX_BYTES:
                 return False
-            head = fh.read(_SNIFF_BYTES)
-            if b"\x00" in head:
-                return False
-            fh.seek(0)
-            decoder = codecs.getincrementaldecoder("utf-8")()
-            for number, raw in enumerate(fh, start=1):
-                try:
-                    line = decoder.decode(raw)
-                except UnicodeDecodeError:
-                    return False  # binary after all; its earlier matches stand
-                line = line.rstrip("\r\n")
-                if matches(line[:SEARCH_LINE_SCAN]):
-                    results.append({"path": rel, "line": number, "text": line[:SEARCH_TEXT_CHARS]})
-                    if len(results) >= limit:
-                        return True
-                if number % 1000 == 0 and time.monotonic() > deadline:
-                    return True
+            data = fh.read(SEARCH_FILE_MAX_BYTES + 1)
     except OSError:
         return False
+    if b"\x00" in data[:_SNIFF_BYTES] or not matches.file(data):
+        return False
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    for number, raw in enumerate(io.BytesIO(data), start=1):
+        try:
+            line = decoder.decode(raw)
+        except UnicodeDecodeError:
+            return False  # binary after all; its earlier matches stand
+        line = line.rstrip("\r\n")
+        if matches.line(line[:SEARCH_LINE_SCAN]):
+            results.append({"path": rel, "line": number, "text": line[:SEARCH_TEXT_CHARS]})
+            if len(results) >= limit:
+                return True
+        if number % 1000 == 0 and time.monotonic() > deadline:
+            return True
     return False

@@ -11,7 +11,8 @@ change set like the agent's own edits, attributed ``user``; the payload is emitt
 ``workspace.changes`` event by the caller's ``emit``.
 
 Errors are :class:`~omnigent_runner.executor.CommandRejected` with the HTTP ``status``
-the server answers with. Stdlib only: no Django here.
+the server answers with, and name paths as the API does (relative to the workspace),
+never as this machine does. Stdlib only: no Django here.
 """
 
 from __future__ import annotations
@@ -30,17 +31,17 @@ from omnigent_runner.workspace_fs import WorkspaceError, bad_input
 
 logger = logging.getLogger(__name__)
 
-METHODS = frozenset(
-    {
-        "workspace.list",
-        "workspace.read",
-        "workspace.read_chunk",
-        "workspace.write",
-        "workspace.edit",
-        "workspace.delete",
-        "workspace.search",
-    }
-)
+# Each method, and the verb its errors use ("cannot write 'a.txt': ...").
+_VERBS = {
+    "workspace.list": "list",
+    "workspace.read": "read",
+    "workspace.read_chunk": "read",
+    "workspace.write": "write",
+    "workspace.edit": "edit",
+    "workspace.delete": "delete",
+    "workspace.search": "search",
+}
+METHODS = frozenset(_VERBS)
 # Used when the server sends no cap of its own (files.md §2 defaults).
 DEFAULT_READ_MAX_BYTES = 2 * 1024 * 1024
 DEFAULT_WRITE_MAX_BYTES = 10 * 1024 * 1024
@@ -88,7 +89,16 @@ class WorkspaceRpc:
         self, method: str, params: dict[str, Any], *, session_id: str, workspace: SessionWorkspace
     ) -> dict[str, Any]:
         try:
-            return await self._call(method, params, session_id, workspace)
+            try:
+                return await self._call(method, params, session_id, workspace)
+            except OSError as exc:
+                # One the file functions did not expect (the change tracker's, a race):
+                # its text names this machine's absolute path, so it is answered from
+                # the API's path instead.
+                logger.warning("session %s: %s failed: %s", session_id, method, exc)
+                path = params.get("path")
+                shown = path if isinstance(path, str) else "."
+                raise workspace_fs.os_failure(exc, shown, _VERBS.get(method, "use")) from None
         except WorkspaceError as exc:
             raise CommandRejected(exc.code, exc.message, status=exc.status) from None
 

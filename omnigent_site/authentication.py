@@ -24,6 +24,7 @@ from rest_framework.request import Request
 
 from omnigent_site.cross_site import check_ambient_identity
 from omnigent_site.users import get_or_create_user
+from omnigent_site.utf8_input import NotUtf8, header_text
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User as AuthUser
@@ -89,6 +90,11 @@ class ForwardedHeaderAuthentication(BaseAuthentication):
                 "ignored %s from untrusted peer %s", header, request.META.get("REMOTE_ADDR")
             )
             return None
+        try:
+            # The header's bytes are UTF-8 (an internationalised address), not Latin-1.
+            value = header_text(value, header)
+        except NotUtf8 as exc:
+            raise exceptions.ParseError(str(exc)) from None
         User = get_user_model()
         max_length = User._meta.get_field("username").max_length or 150
         if len(value) > max_length:

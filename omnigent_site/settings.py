@@ -108,6 +108,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # Outermost: Django's own error pages on API paths become the error format.
     "omnigent_site.errors.ErrorFormatMiddleware",
+    # API URLs whose path or query string is not UTF-8: 400 before anything decodes them.
+    "omnigent_site.utf8_urls.Utf8UrlMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -113,8 +113,16 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         self.event_backlog: deque[runner_events.ReceivedEvent] = deque()
         self.event_writer: asyncio.Task[None] | None = None
         headers = dict(self.scope.get("headers") or [])
-        token = headers.get(TOKEN_HEADER, b"").decode("utf-8", errors="replace")
         client = self.scope.get("client") or (None, None)
+        try:
+            # Strict: with "replace", other bytes could spell a token's U+FFFD.
+            token = headers.get(TOKEN_HEADER, b"").decode("utf-8")
+        except UnicodeDecodeError:
+            log.warning(
+                "refused tunnel for %s from %s: token is not UTF-8", self.runner_id, client[0]
+            )
+            await self.close()
+            return
         auth = await database_sync_to_async(services.authorize_tunnel)(
             path_runner_id=self.runner_id, token=token, peer_host=client[0]
         )

@@ -19,6 +19,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import re
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -86,11 +87,28 @@ async def _open(session: Session, runner: Runner) -> None:
     await send_command(channel_name=runner.channel_name, command=command)
 
 
-def _domain_error(exc: RelayError) -> DomainError:
+# An OSError's text as Python writes it: "[Errno 36] File name too long: '/abs/path'".
+_OS_ERROR_PATHS = re.compile(r"(\[Errno \d+\] [^:'\"]+): '[^']*'(?: -> '[^']*')?")
+
+
+def _without_machine_paths(message: str, runner: Runner) -> str:
+    """The runner's text without absolute paths of its machine: an OSError's file names
+    and the workspace root it reported in ``hello``. The runner answers with paths
+    relative to the workspace; this covers a runner that does not (an older one)."""
+    message = _OS_ERROR_PATHS.sub(r"\1", message)
+    root = runner.workspace.get("root") if isinstance(runner.workspace, dict) else None
+    if isinstance(root, str) and len(root.rstrip("/")) > 1:
+        root = root.rstrip("/")
+        message = message.replace(root + "/", "").replace(root, ".")
+    return message
+
+
+def _domain_error(exc: RelayError, runner: Runner) -> DomainError:
+    message = _without_machine_paths(exc.message, runner)
     error_class = _BY_STATUS.get(exc.status or 0)
     if error_class is None:
-        return RunnerUnavailable(f"the runner did not answer the request: {exc.message}")
-    return error_class(exc.message)
+        return RunnerUnavailable(f"the runner did not answer the request: {message}")
+    return error_class(message)
 
 
 async def call(*, session: Session, method: str, params: Mapping[str, Any]) -> Any:
@@ -108,9 +126,10 @@ async def call(*, session: Session, method: str, params: Mapping[str, Any]) -> A
             if exc.code == SESSION_NOT_OPEN and attempt == 0:
                 opened = False
                 continue
+            error = _domain_error(exc, runner)
             if exc.status is None:
-                log.info("workspace rpc %s on %s failed: %s", method, session.id, exc.message)
-            raise _domain_error(exc) from None
+                log.info("workspace rpc %s on %s failed: %s", method, session.id, error.message)
+            raise error from None
         return reply.result
     raise RunnerUnavailable("the runner did not open the session")  # pragma: no cover
 

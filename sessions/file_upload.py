@@ -29,9 +29,11 @@ from django.core.files.uploadhandler import FileUploadHandler
 from django.http.multipartparser import MultiPartParser as DjangoMultiPartParser
 from django.http.multipartparser import MultiPartParserError
 from rest_framework.exceptions import ParseError
-from rest_framework.parsers import DataAndFiles, MultiPartParser
+from rest_framework.parsers import DataAndFiles
 
 from omnigent_site.domain_errors import InvalidInput, PayloadTooLarge
+from omnigent_site.parsers import MultiPartParser, strict_context
+from omnigent_site.utf8_input import not_utf8_message
 
 from .file_store import BlobWriter, TooLarge
 from .file_types import check_filename
@@ -103,7 +105,8 @@ class _NameKeepingParser(DjangoMultiPartParser):
 
 
 class SessionFileParser(MultiPartParser):
-    """DRF's multipart parser with the view's :class:`SessionFileUpload` as the handler."""
+    """The project's multipart parser with the view's :class:`SessionFileUpload` as the
+    handler."""
 
     def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
         context = parser_context or {}
@@ -114,9 +117,11 @@ class SessionFileParser(MultiPartParser):
         request = context["request"]
         meta = request.META.copy()
         meta["CONTENT_TYPE"] = media_type
-        encoding = context.get("encoding", settings.DEFAULT_CHARSET)
+        encoding = strict_context(context)["encoding"]
         try:
             data, files = _NameKeepingParser(meta, stream, [upload], encoding).parse()
         except MultiPartParserError as exc:
             raise ParseError(f"multipart form parse error: {exc}") from exc
+        except UnicodeDecodeError as exc:
+            raise ParseError(not_utf8_message("a multipart field", exc)) from None
         return DataAndFiles(data, files)

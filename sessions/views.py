@@ -12,7 +12,6 @@ from drf_spectacular.utils import (
 )
 from rest_framework import status
 from rest_framework.exceptions import NotFound, UnsupportedMediaType, ValidationError
-from rest_framework.parsers import MultiPartParser
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -21,7 +20,7 @@ from rest_framework.views import APIView
 from omnigent_site.authentication import request_user
 from omnigent_site.domain_errors import PayloadTooLarge
 from omnigent_site.pagination import MAX_LIMIT, paginate, parse_list_params
-from omnigent_site.parsers import JSONParser
+from omnigent_site.parsers import JSONParser, MultiPartParser
 from omnigent_site.schema import error_responses, list_parameters
 from omnigent_site.users import is_admin
 

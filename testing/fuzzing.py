@@ -376,3 +376,179 @@ def _failure_line(output: str) -> str:
         if "failure" in line or "passed" in line or "error" in line:
             return line.strip(" =")
     return ""
+
+
+# --- text that is not UTF-8 (http-api.md, Input strictness) --------------------------------
+
+# Raw bytes schemathesis never sends (it writes valid UTF-8): an overlong "/", an encoded
+# surrogate, a truncated sequence, a lone continuation byte, a sequence cut by the end of
+# the string, and the bytes of the first report.
+NOT_UTF8_SAMPLES = (b"\xc0\xaf", b"\xed\xa0\x80", b"ok\xe2\x82", b"\x80", b"\xc3", b"\xff\xfe\xc3(")
+# The value each path parameter gets, so that a request reaches the handler; ``None``
+# means "a seeded id of that kind".
+_PATH_VALUES = {"env": "default", "path": "notes.txt"}
+_SEEDED = {
+    "session_id": "sessions",
+    "response_id": "responses",
+    "agent_id": "agents",
+    "runner_id": "runners",
+}
+
+
+@dataclass
+class NotUtf8Result:
+    """What ``not_utf8_sweep`` sent, and each request whose answer was not a 4xx in the
+    error format (a description per failure)."""
+
+    requests: int = 0
+    failures: list[str] = field(default_factory=list)
+
+
+def _percent(raw: bytes) -> str:
+    return "".join(f"%{byte:02X}" if byte > 0x7E or byte < 0x21 else chr(byte) for byte in raw)
+
+
+def _operations(schema: dict[str, Any]) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (method.upper(), path, operation)
+        for path, operations in sorted(schema["paths"].items())
+        for method, operation in sorted(operations.items())
+        if isinstance(operation, dict)
+    ]
+
+
+def _properties(schema: dict[str, Any], media: dict[str, Any]) -> dict[str, Any]:
+    """The top-level properties of a request body's schema (``$ref`` followed once)."""
+    body = media.get("schema") or {}
+    ref = body.get("$ref")
+    if isinstance(ref, str):
+        body = schema["components"]["schemas"][ref.rsplit("/", 1)[-1]]
+    properties = body.get("properties")
+    return properties if isinstance(properties, dict) and properties else {"value": {}}
+
+
+def _bodies(properties: dict[str, Any], content_type: str, raw: bytes) -> tuple[bytes, str]:
+    """A body of ``content_type`` whose every property holds ``raw`` (files: a bundle,
+    and a multipart body gets one more text part)."""
+    if content_type == "application/json":
+        fields = b", ".join(b'"' + name.encode() + b'": "' + raw + b'"' for name in properties)
+        return b"{" + fields + b"}", content_type
+    if content_type == "application/x-www-form-urlencoded":
+        encoded = "&".join(f"{name}={_percent(raw)}" for name in properties)
+        return encoded.encode("ascii"), content_type
+    boundary = b"not-utf8-boundary"
+    out = b""
+    # A text part beside the documented ones: an upload whose only part is a file
+    # would hold no text to refuse.
+    for name, spec in [*properties.items(), ("note", {})]:
+        header = b'Content-Disposition: form-data; name="' + name.encode() + b'"'
+        data = raw
+        if isinstance(spec, dict) and spec.get("format") == "binary":
+            header += b'; filename="part.tar.gz"\r\nContent-Type: application/gzip'
+            data = _bundle("not-utf8")
+        out += b"--" + boundary + b"\r\n" + header + b"\r\n\r\n" + data + b"\r\n"
+    out += b"--" + boundary + b"--\r\n"
+    return out, f"multipart/form-data; boundary={boundary.decode()}"
+
+
+def not_utf8_sweep(
+    server: Server, found: Resources, *, user: str | None, deadline_s: float = 120.0
+) -> NotUtf8Result:
+    """Send every operation of ``/v1/schema`` text that is not UTF-8 where it takes text.
+
+    Each JSON, form and multipart body the operation documents, with every top-level
+    field holding each sample (``DELETE`` too: the body is never read before its
+    refusal would be); each query parameter, each path parameter and the identity and
+    ``Last-Event-ID`` headers, with the samples in turn. Path parameters are seeded ids
+    otherwise, so the requests reach the handlers. Every answer must be a 4xx in the
+    error format whose message does not carry U+FFFD; a 5xx, a 2xx, a stream that
+    starts, or no answer within the request timeout is a failure. Bounded: about 330
+    requests (seconds), and ``deadline_s`` for all of them (past it, the rest count as failures).
+    """
+    schema = httpx.get(f"{server.url}/v1/schema", params={"format": "json"}, timeout=30).json()
+    result = NotUtf8Result()
+    started = time.monotonic()
+    turn = 0
+
+    def sample() -> bytes:
+        nonlocal turn
+        turn += 1
+        return NOT_UTF8_SAMPLES[turn % len(NOT_UTF8_SAMPLES)]
+
+    with httpx.Client(base_url=server.url, timeout=STREAM_TIMEOUT_S * 10) as client:
+
+        def check(what: str, method: str, url: str, **kwargs: Any) -> None:
+            if time.monotonic() - started > deadline_s:
+                result.failures.append(f"{what}: not sent, past the {deadline_s:.0f} s deadline")
+                return
+            result.requests += 1
+            headers = {**({"X-Forwarded-Email": user} if user else {}), **kwargs.pop("headers", {})}
+            try:
+                with client.stream(method, url, headers=headers, **kwargs) as response:
+                    status = response.status_code
+                    body = response.read() if status >= 400 else b""
+            except httpx.HTTPError as exc:
+                result.failures.append(f"{what}: {type(exc).__name__}")
+                return
+            problem = _not_a_refusal(status, body)
+            if problem:
+                result.failures.append(f"{what}: {problem}")
+
+        for method, template, operation in _operations(schema):
+            values: dict[str, str] = {}
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "path":
+                    kind = _SEEDED.get(parameter["name"])
+                    seeded = getattr(found, kind) if kind else []
+                    values[parameter["name"]] = (
+                        seeded[0] if seeded else _PATH_VALUES.get(parameter["name"], "x")
+                    )
+            url = template.format(**values)
+            name = f"{method} {template}"
+            for parameter in operation.get("parameters", []):
+                raw = _percent(sample())
+                if parameter["in"] == "query":
+                    check(
+                        f"{name} ?{parameter['name']}", method, f"{url}?{parameter['name']}={raw}"
+                    )
+                elif parameter["in"] == "path":
+                    bad = template.format(
+                        **{**values, parameter["name"]: values[parameter["name"]] + raw}
+                    )
+                    check(f"{name} {{{parameter['name']}}}", method, bad)
+            check(f"{name} identity", method, url, headers={"X-Forwarded-Email": b"f" + sample()})
+            if any(
+                p["in"] == "header" and p["name"] == "Last-Event-ID"
+                for p in operation.get("parameters", [])
+            ):
+                check(
+                    f"{name} Last-Event-ID", method, url, headers={"Last-Event-ID": b"1" + sample()}
+                )
+            content = (operation.get("requestBody") or {}).get("content") or {}
+            for content_type, media in sorted(content.items()):
+                properties = _properties(schema, media)
+                for sequence in NOT_UTF8_SAMPLES:
+                    body, header = _bodies(properties, content_type, sequence)
+                    check(
+                        f"{name} {content_type} body {sequence!r}",
+                        method,
+                        url,
+                        content=body,
+                        headers={"Content-Type": header},
+                    )
+    return result
+
+
+def _not_a_refusal(status: int, body: bytes) -> str | None:
+    """Why an answer to text that is not UTF-8 is wrong, or None for a 4xx in the format."""
+    if not 400 <= status < 500:
+        return f"answered {status}"
+    try:
+        error = json.loads(body.decode("utf-8"))["error"]
+    except (ValueError, KeyError, TypeError):
+        return f"answered {status} outside the error format: {body[:200]!r}"
+    if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+        return f"answered {status} outside the error format: {body[:200]!r}"
+    if "\ufffd" in error["message"]:
+        return f"answered {status} with U+FFFD in its message: {error['message'][:200]}"
+    return None

@@ -12,6 +12,7 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.exceptions import NotFound, ValidationError
 
+from omnigent_runner.workspace_fs import path_length_problem
 from omnigent_site.strict_fields import StrictBooleanField, StrictCharField, StrictChoiceField
 
 ENVIRONMENTS = {"default"}
@@ -24,8 +25,12 @@ def check_environment(env: str) -> str:
 
 
 def check_relative_path(path: str) -> str:
+    """The runner's path rules that need no file system (it checks them again)."""
     if not path or "\x00" in path:
         raise ValidationError({"path": ["the path is empty or contains NUL"]})
+    too_long = path_length_problem(path)
+    if too_long:
+        raise ValidationError({"path": [too_long]})
     if path.startswith("/") or posixpath.isabs(path) or (len(path) > 1 and path[1] == ":"):
         raise ValidationError({"path": ["the path must be relative to the workspace"]})
     if ".." in path.replace("\\", "/").split("/"):

@@ -52,10 +52,24 @@ def resolve_in_root(root: Path, path: str) -> tuple[Path, str]:
     try:
         resolved = (real_root / path).resolve(strict=False)
     except (OSError, RuntimeError) as exc:  # symlink loops, unreadable dirs
-        raise PathError(f"Cannot resolve '{path}': {exc}") from exc
+        raise PathError(f"Cannot resolve '{path}': {os_reason(exc)}") from exc
     if resolved != real_root and real_root not in resolved.parents:
         raise PathError(outside_root_message(path))
     return resolved, resolved.relative_to(real_root).as_posix()
+
+
+def os_reason(exc: BaseException) -> str:
+    """Why a file operation failed, without the absolute path ``str(exc)`` carries.
+
+    ``OSError`` and pathlib's symlink-loop ``RuntimeError`` name the machine's absolute
+    path; messages that leave the runner (to the model, to the server) name the path
+    the caller gave instead, and take only the reason from here.
+    """
+    if isinstance(exc, OSError):
+        return exc.strerror or type(exc).__name__
+    if isinstance(exc, RuntimeError) and "symlink loop" in str(exc).lower():
+        return "Too many levels of symbolic links"
+    return type(exc).__name__
 
 
 def decode_text(data: bytes) -> str | None:
@@ -146,6 +160,9 @@ def _current_umask() -> int:
 
 
 _UMASK = _current_umask()
+# Longest target name kept in the temporary file's name (NAME_MAX 255 less its dots,
+# the random part and ``.tmp``).
+_TMP_NAME_ROOM = 200
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -159,7 +176,11 @@ def atomic_write(path: Path, data: bytes) -> None:
         mode = stat.S_IMODE(path.stat().st_mode)
     except FileNotFoundError:
         mode = 0o666 & ~_UMASK
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # The temporary file's name adds about 14 bytes to the target's: a long name (up to
+    # the 255 bytes a file system takes) gets a short one instead.
+    short = len(os.fsencode(path.name)) <= _TMP_NAME_ROOM
+    prefix = f".{path.name}." if short else ".omnigent-write."
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

@@ -331,3 +331,163 @@ def test_right_types_still_pass(
     assert granted.status_code == 200, granted.content
     runner = client.post("/v1/runners", {"name": "box"}, format="json")
     assert runner.status_code == 201, runner.content
+
+
+# --- text that is not UTF-8 ----------------------------------------------------------------
+
+# Raw bytes, not escapes: each makes UTF-8 decoding fail in its own way.
+NOT_UTF8 = {
+    "brief": b"\xff\xfe\xc3(",
+    "overlong": b"\xc0\xaf",
+    "encoded_surrogate": b"\xed\xa0\x80",
+    "truncated": b"ok\xe2\x82",
+    "lone_continuation": b"\x80",
+    "truncated_at_the_end": b"\xc3",
+}
+NOT_UTF8_PARAMS = [pytest.param(raw, id=name) for name, raw in NOT_UTF8.items()]
+
+
+def send_bytes(client: APIClient, endpoint: str, raw: bytes, template: str, session: str) -> Any:
+    """``endpoint``'s body with ``raw`` as the bytes of a JSON string in the value slot."""
+    method, path, body = ENDPOINTS[endpoint]
+    data = body.format('"@@"', template=template).encode("utf-8").replace(b"@@", raw)
+    return getattr(client, method)(
+        path.format(session=session), data, content_type="application/json"
+    )
+
+
+def test_the_reported_bodies_are_400_not_500(
+    client_for: Callable[[str | None], APIClient], session_id: str
+) -> None:
+    """The two requests of the report, byte for byte: both answered 500 before."""
+    client = client_for(ALICE)
+    before = stored()
+    patched = client.patch(
+        f"/v1/sessions/{session_id}",
+        b'{"title": "\xff\xfe\xc3("}',
+        content_type="application/json",
+    )
+    assert_error(patched, 400, "invalid_input", mentions="not UTF-8")
+    posted = client.post(
+        f"/v1/sessions/{session_id}/events",
+        b'{"type":"message","data":{"role":"user","content":"\xc0\xaf\xed\xa0\x80"}}',
+        content_type="application/json",
+    )
+    error = assert_error(posted, 400, "invalid_input", mentions="not UTF-8")
+    assert "0xc0" in error["message"]  # names the byte, never echoes it
+    assert stored() == before
+    assert Session.objects.get(pk=session_id).title == "keep"
+
+
+@pytest.mark.parametrize("raw", NOT_UTF8_PARAMS)
+@pytest.mark.parametrize("endpoint", list(ENDPOINTS))
+def test_json_bodies_that_are_not_utf8_are_400_and_nothing_is_stored(
+    client_for: Callable[[str | None], APIClient],
+    template: str,
+    session_id: str,
+    endpoint: str,
+    raw: bytes,
+) -> None:
+    before = stored()
+    response = send_bytes(client_for(ALICE), endpoint, raw, template, session_id)
+    assert_error(response, 400, "invalid_input", mentions="not UTF-8")
+    response.content.decode("utf-8")
+    assert stored() == before
+    assert Session.objects.get(pk=session_id).title == "keep"
+
+
+def multipart_body(*parts: tuple[str, bytes, str | None]) -> tuple[bytes, str]:
+    """A multipart body of ``(name, bytes, filename)`` parts, built by hand so that the
+    bytes go out exactly as given; returns it and its content type."""
+    boundary = b"omnigent-test-boundary"
+    out = b""
+    for name, data, filename in parts:
+        disposition = f'form-data; name="{name}"'
+        if filename is not None:
+            disposition += f'; filename="{filename}"'
+        out += b"--" + boundary + b"\r\nContent-Disposition: " + disposition.encode() + b"\r\n"
+        if filename is not None:
+            out += b"Content-Type: application/gzip\r\n"
+        out += b"\r\n" + data + b"\r\n"
+    out += b"--" + boundary + b"--\r\n"
+    return out, f"multipart/form-data; boundary={boundary.decode()}"
+
+
+@pytest.mark.parametrize("raw", NOT_UTF8_PARAMS)
+def test_a_multipart_metadata_field_that_is_not_utf8_is_400(
+    client_for: Callable[[str | None], APIClient], make_bundle: Any, raw: bytes
+) -> None:
+    """Django decoded the field with ``errors="replace"``: the session was created with
+    U+FFFD in its title."""
+    body, content_type = multipart_body(
+        ("metadata", b'{"title": "' + raw + b'"}', None),
+        ("bundle", make_bundle(), "bundle.tar.gz"),
+    )
+    response = client_for(ALICE).post("/v1/sessions", body, content_type=content_type)
+    assert_error(response, 400, "invalid_input", mentions="not valid UTF-8")
+    assert Session.objects.count() == 0
+
+
+def test_valid_utf8_in_a_multipart_field_still_passes(
+    client_for: Callable[[str | None], APIClient], make_bundle: Any
+) -> None:
+    body, content_type = multipart_body(
+        ("metadata", '{"title": "café ☕ 𝄞"}'.encode(), None),
+        ("bundle", make_bundle(), "bundle.tar.gz"),
+    )
+    response = client_for(ALICE).post("/v1/sessions", body, content_type=content_type)
+    assert response.status_code == 201, response.content
+    assert Session.objects.get().title == "café ☕ 𝄞"
+
+
+@pytest.mark.parametrize("encoded", ["%C0%AF", "%ED%A0%80", "ok%E2%82", "%80", "%FF%FE%C3("])
+def test_a_form_body_that_is_not_utf8_is_400(
+    client_for: Callable[[str | None], APIClient], encoded: str
+) -> None:
+    """A runner was registered named U+FFFD before."""
+    response = client_for(ALICE).post(
+        "/v1/runners", f"name={encoded}", content_type="application/x-www-form-urlencoded"
+    )
+    assert_error(response, 400, "invalid_input", mentions="not valid UTF-8")
+    assert Runner.objects.count() == 0
+    named = client_for(ALICE).post(
+        "/v1/runners", "name=caf%C3%A9", content_type="application/x-www-form-urlencoded"
+    )
+    assert named.status_code == 201, named.content
+    assert Runner.objects.get().name == "café"
+
+
+@pytest.mark.parametrize("encoded", ["%C0%AF", "%ED%A0%80", "%E2%82", "%80", "%FF"])
+def test_a_query_string_that_is_not_utf8_is_400(
+    client_for: Callable[[str | None], APIClient], session_id: str, encoded: str
+) -> None:
+    """Django turned these into U+FFFD: a filter matched nothing, a cursor was echoed
+    as U+FFFD. A 400 says what is wrong instead (the URL's path, which daphne decodes,
+    is checked in ``tests/consumers/test_not_utf8_asgi.py``)."""
+    client = client_for(ALICE)
+    for path in (
+        f"/v1/sessions?agent_name={encoded}",
+        f"/v1/sessions/{session_id}/items?after=item_{encoded}",
+    ):
+        response = client.get(path)
+        assert_error(response, 400, "invalid_input", mentions="not valid UTF-8")
+        assert "\ufffd" not in response.content.decode("utf-8")
+    assert client.get("/v1/sessions?agent_name=caf%C3%A9").status_code == 200
+
+
+@pytest.mark.parametrize("value", ['"a\\u0000b"', '{"k\\u0000": "v"}', '"\\udbff\\u0041"'])
+@pytest.mark.parametrize("endpoint", list(ENDPOINTS))
+def test_text_no_database_can_store_is_400_on_every_database(
+    client_for: Callable[[str | None], APIClient],
+    template: str,
+    session_id: str,
+    endpoint: str,
+    value: str,
+) -> None:
+    """PostgreSQL refuses NUL in text and JSON where SQLite stores it, and neither can
+    store a lone surrogate: the answer is the same 400 on both, decided before the
+    write (CI runs this file on PostgreSQL too)."""
+    before = stored()
+    response = send(client_for(ALICE), endpoint, value, template, session_id)
+    assert_error(response, 400, "invalid_input")
+    assert stored() == before

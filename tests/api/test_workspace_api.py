@@ -195,6 +195,34 @@ def test_path_tricks_are_400_everywhere(
         assert_error(response, 400, "invalid_input")
 
 
+@pytest.mark.parametrize(
+    ("path", "limit"),
+    [
+        ("n" * 300 + ".txt", "255 bytes per name"),
+        ("sub/" + "é" * 128, "255 bytes per name"),
+        ("a" * 5000, "4096 bytes"),
+        ("/".join(["d" * 100] * 45), "4096 bytes"),
+    ],
+)
+def test_names_and_paths_over_the_limits_are_400_before_the_runner_is_asked(
+    alice: APIClient, session_id: str, fake: FakeWorkspaceRunner, path: str, limit: str
+) -> None:
+    """The runner's file system answered ``[Errno 36] File name too long: '<its absolute
+    path>'`` as a 503. The server knows the limits and answers without relaying."""
+    target = url(session_id, f"filesystem/{path}")
+    for response in (
+        alice.get(target),
+        alice.get(target, {"download": "1"}),
+        alice.put(target, {"content": "x", "create_parents": True}, format="json"),
+        alice.patch(target, {"old_text": "a", "new_text": "b"}, format="json"),
+        alice.delete(target, QUERY_STRING="recursive=true"),
+        alice.get(url(session_id, "search"), {"q": "x", "path": path}),
+    ):
+        error = assert_error(response, 400, "invalid_input", mentions=limit)
+        assert error["fields"] == {"path": [error["message"].removeprefix("path: ")]}
+    assert not [command for command in fake.commands if isinstance(command, protocol.Rpc)]
+
+
 def test_symlink_escapes_and_git_writes_are_refused(
     alice: APIClient, session_id: str, fake: Any, root: Path, tmp_path: Path
 ) -> None:

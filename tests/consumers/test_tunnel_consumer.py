@@ -248,6 +248,25 @@ async def test_path_id_must_match_the_token(
     assert await in_db(lambda: runner_row(runner.id).channel_name)() == ""
 
 
+async def test_a_token_that_is_not_utf8_is_refused_not_repaired(
+    tunnels: Tunnels, settings: Any, caplog: Any
+) -> None:
+    """Decoded with ``errors="replace"``, the bytes ``tok\\xff`` spelled the allow-listed
+    token ``tok\\ufffd``: a token matched without its bytes being known."""
+    settings.OMNIGENT_RUNNER_TUNNEL_TOKEN = ["tok\ufffd"]
+    caplog.set_level(logging.INFO)
+    comm = WebsocketCommunicator(
+        application,
+        tunnel_path(derive_runner_id("tok\ufffd")),
+        headers=[(TOKEN_HEADER, b"tok\xff")],
+    )
+    comm.scope["client"] = LOOPBACK
+    tunnels.opened.append(comm)
+    connected, _ = await comm.connect(timeout=FRAME_TIMEOUT)
+    assert connected is False
+    assert "token is not UTF-8" in caplog.text
+
+
 async def test_unknown_runner_is_refused(tunnels: Tunnels, settings: Any, caplog: Any) -> None:
     settings.OMNIGENT_LOCAL_SINGLE_USER = False
     settings.OMNIGENT_RUNNER_TUNNEL_TOKEN = []
@@ -400,6 +419,41 @@ async def test_malformed_and_binary_frames_after_hello_are_ignored(
     assert ping["type"] == "ping"
     await comm.send_json_to({"type": "pong", "ts": ping["ts"]})
     assert (await receive(comm))["type"] == "ping"
+
+
+async def test_a_first_frame_that_is_not_utf8_closes_4001(
+    tunnels: Tunnels, registered: tuple[Runner, str]
+) -> None:
+    """A ``str`` with a lone surrogate (what text that is not UTF-8 becomes when a
+    server decodes it leniently) used to raise ``UnicodeEncodeError`` in the consumer."""
+    _runner, token = registered
+    comm = await tunnels.connect(token)
+    await comm.send_to(text_data='{"type": "hello", "protocol": 1, "x": "\udcc0"}')
+    assert await expect_close(comm, 4001) == []
+
+
+async def test_frames_that_are_not_utf8_after_hello_are_ignored(
+    tunnels: Tunnels, registered: tuple[Runner, str], bound_session: Session
+) -> None:
+    """Refused as other malformed frames are: logged, not acknowledged, the tunnel
+    serves on. Binary messages (raw bytes that are not UTF-8 among them) are ignored."""
+    _runner, token = registered
+    sid = bound_session.id
+    comm, _ = await tunnels.online(token, open_sessions=[sid])
+    created = '{"type": "response.created", "response_id": "resp_\ud800"}'
+    await comm.send_to(
+        text_data='{"type": "event", "session_id": "'
+        + sid
+        + '", "seq": 1, "event": '
+        + created
+        + "}"
+    )
+    await comm.send_to(text_data='{"type": "pong", "ts": 1, "note": "\udfff"}')
+    await comm.send_to(text_data='{"type": "ack", "id": "\udcff"}')
+    for raw in (b"\xc0\xaf", b"\xed\xa0\x80", b"\xe2\x82", b"\x80"):
+        await comm.send_to(bytes_data=b'{"type": "pong", "ts": 1, "x": "' + raw + b'"}')
+    await probe(comm)  # the probe's ack is the first frame: nothing above was acknowledged
+    assert (await in_db(Session.objects.get)(pk=sid)).last_runner_seq == 0
 
 
 async def test_hello_with_wrongly_typed_fields_closes_4001(

@@ -125,3 +125,45 @@ async def _open_first(stub: Any, session: Session) -> None:
     listing = {"object": "list", "data": [], "has_more": False, "last_id": None}
     await stub.send(protocol.RpcResult(id=rpc["id"], ok=True, result=listing))
     body_of(await request, 200)
+
+
+async def test_absolute_paths_in_a_runners_error_never_reach_the_client(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    """A runner that answers with its machine's paths (an older one, or an error it did
+    not expect): the workspace root it reported in ``hello`` (``/tmp/stub``) and the
+    file names of an OSError's text are taken out, whatever the status."""
+    stub = await opened_stub(stubs, session, runner_token)
+    await _open_first(stub, session)
+    answers = [
+        (400, "[Errno 36] File name too long: '/tmp/stub/" + "n" * 300 + "'"),
+        (None, "[Errno 13] Permission denied: '/srv/elsewhere/x' -> '/srv/other/y'"),
+        (409, "cannot write '/tmp/stub/notes/a.txt': No space left on device"),
+    ]
+    for status, message in answers:
+        request = start(call("put", files(session, "/notes/a.txt"), USER, {"content": "x"}))
+        rpc = await stub.expect("rpc")
+        error = protocol.ErrorInfo(code="failed", message=message)
+        await stub.send(protocol.RpcResult(id=rpc["id"], ok=False, error=error, status=status))
+        expected = {400: (400, "invalid_input"), 409: (409, "conflict")}
+        shown = error_of(await request, *expected.get(status or 0, (503, "runner_unavailable")))
+        assert "/tmp/stub" not in shown and "/srv" not in shown, shown
+    assert "cannot write 'notes/a.txt'" in shown
+
+
+async def test_a_path_over_the_limits_is_refused_without_asking_the_runner(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    stub = await opened_stub(stubs, session, runner_token)
+    for path in ("n" * 300 + ".txt", "a" * 5000):
+        for method, body in (
+            ("put", {"content": "x"}),
+            ("patch", {"old_text": "a", "new_text": "b"}),
+            ("delete", None),
+            ("get", None),
+        ):
+            shown = error_of(
+                await call(method, files(session, f"/{path}"), USER, body), 400, "invalid_input"
+            )
+            assert "bytes" in shown and "limit" in shown
+    await stub.nothing_pending()

@@ -281,3 +281,89 @@ def test_the_runner_killed_mid_request_gives_503_not_a_hang(
     assert response.status_code == 503, response.text
     assert response.json()["error"]["code"] == "runner_unavailable"
     assert result["seconds"] < 10.5  # the tunnel's close, or at worst the 10 s deadline
+
+
+def test_long_names_are_400_and_no_answer_names_the_runners_machine(
+    server: Server, runner: Runner, plain_workspace: Path, make_bundle: Callable[..., bytes]
+) -> None:
+    """A 300-character name answered 503 ``[Errno 36] File name too long: '<the runner's
+    absolute path>/…'``. Now: 400 naming the limit, from the server before it relays;
+    and a path within the limits that the runner's file system still refuses (with the
+    workspace's own path it passes PATH_MAX) answers 400 naming the path as sent."""
+    (plain_workspace / "file.txt").write_text("x\n")
+    session_id = agent_session(server, runner, make_bundle)
+    files = f"{base(session_id)}/filesystem"
+    machine = {str(plain_workspace), str(plain_workspace.resolve()), str(plain_workspace.parent)}
+    deep = "/".join(["b" * 200] * 20) + "/" + "c" * 60  # 4,080 bytes
+    answers: list[httpx.Response] = []
+    with server.client() as alice:
+
+        def each_method(path: str) -> list[httpx.Response]:
+            sent = [
+                alice.get(f"{files}/{path}"),
+                alice.put(f"{files}/{path}", json={"content": "x", "create_parents": True}),
+                alice.patch(f"{files}/{path}", json={"old_text": "x", "new_text": "y"}),
+                alice.delete(f"{files}/{path}", params={"recursive": "true"}),
+            ]
+            answers.extend(sent)
+            return sent
+
+        for path, limit in (
+            ("n" * 300 + ".txt", "255 bytes per name"),
+            ("sub/" + "n" * 300, "255 bytes per name"),
+            ("a" * 5000, "4096 bytes"),
+        ):
+            for response in each_method(path):
+                assert response.status_code == 400, (path[:20], response.text[:300])
+                assert limit in response.json()["error"]["message"]
+        for response in each_method(deep):
+            assert response.status_code in (400, 404), response.text[:300]
+            assert response.json()["error"]["code"] in ("invalid_input", "not_found")
+        for response in each_method("file.txt/inner"):
+            assert 400 <= response.status_code < 500, response.text[:300]
+            assert "file.txt/inner" in response.json()["error"]["message"]
+        answers.append(alice.get(f"{base(session_id)}/search", params={"q": "x", "path": deep}))
+    for response in answers:
+        assert response.status_code < 500, response.text[:300]
+        assert not any(path in response.text for path in machine), response.text[:300]
+    assert sorted(os.listdir(plain_workspace)) == ["file.txt"]
+
+
+@pytest.mark.timeout(120)
+def test_a_catastrophic_search_pattern_answers_at_once_and_stalls_nothing(
+    server: Server, runner: Runner, plain_workspace: Path, make_bundle: Callable[..., bytes]
+) -> None:
+    """``(a+)+$`` on ``'a' * 28 + '!'`` held the runner's interpreter: the search
+    answered 503 at the 10 s relay deadline, and a read of another file sent meanwhile
+    was a 503 too, for every session on that runner. RE2 matches in linear time."""
+    (plain_workspace / "evil.txt").write_text(("a" * 28 + "!\n") * 50)
+    (plain_workspace / "other.txt").write_text("still served\n")
+    session_id = agent_session(server, runner, make_bundle)
+    search = f"{base(session_id)}/search"
+    results: dict[str, Any] = {}
+    with server.client() as alice:
+        assert alice.get(f"{base(session_id)}/filesystem/other.txt").status_code == 200
+
+        def run_search() -> None:
+            began = time.monotonic()
+            results["search"] = alice.get(search, params={"q": "(a+)+$", "regex": "1"})
+            results["search_s"] = time.monotonic() - began
+
+        searcher = threading.Thread(target=run_search)
+        began = time.monotonic()
+        searcher.start()
+        read = alice.get(f"{base(session_id)}/filesystem/other.txt")
+        read_s = time.monotonic() - began
+        searcher.join(timeout=30)
+        assert not searcher.is_alive(), "the search hung"
+        refused = alice.get(search, params={"q": r"(a)\1", "regex": "1"})
+        lookahead = alice.get(search, params={"q": "a(?=!)", "regex": "1"})
+    assert read.status_code == 200 and read.json()["content"] == "still served\n", read.text
+    assert results["search"].status_code == 200, results["search"].text
+    assert results["search"].json() == {"object": "list", "data": [], "truncated": False}
+    # Seconds of slack for a loaded two-core machine; the old engine took minutes.
+    assert results["search_s"] < 5 and read_s < 5, (results["search_s"], read_s)
+    for response in (refused, lookahead):
+        assert response.status_code == 400, response.text
+        message = response.json()["error"]["message"]
+        assert "RE2" in message and "backreferences" in message, message

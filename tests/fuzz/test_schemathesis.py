@@ -5,8 +5,9 @@ Each run is bounded (a fixed seed, ``MAX_EXAMPLES`` cases per operation and phas
 least ``MIN_REQUESTS`` requests) and fails on any 5xx, undocumented status code,
 undocumented content type or body that does not match its schema
 (``testing/fuzzing.py`` has the checks, the seeded resources the path ids are drawn
-from, and why nothing is excluded). ``make bench`` runs the long version
-(``bench/fuzz.py``).
+from, and why nothing is excluded). Before it, every operation is sent text that is not
+UTF-8 in its bodies, query, path and headers (``fuzzing.not_utf8_sweep``): each must be a
+4xx in the error format. ``make bench`` runs the long version (``bench/fuzz.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 MAX_EXAMPLES = 12
 MIN_REQUESTS = 1000
+MIN_NOT_UTF8_REQUESTS = 300
 RUN_DEADLINE_S = 240.0
 MODES = {
     # No identity on the requests: every one acts as the local user.
@@ -47,6 +49,11 @@ def test_schemathesis_finds_no_failure(mode: str, tmp_path: Path, mock_llm: Mock
     found = None
     try:
         found = fuzzing.seed_resources(server, user=user, mock_llm=mock_llm, log_dir=tmp_path)
+        # Text that is not UTF-8, which schemathesis never sends: every operation, a
+        # few seconds.
+        not_utf8 = fuzzing.not_utf8_sweep(server, found, user=user)
+        assert not not_utf8.failures, not_utf8.failures[:20]
+        assert not_utf8.requests >= MIN_NOT_UTF8_REQUESTS, not_utf8.requests
         config = fuzzing.write_config(
             tmp_path / "schemathesis.toml",
             found,
@@ -58,7 +65,16 @@ def test_schemathesis_finds_no_failure(mode: str, tmp_path: Path, mock_llm: Mock
             server, config=config, report_dir=tmp_path, user=user, timeout_s=RUN_DEADLINE_S
         )
         deep = fuzzing.deep_successes(result, found)
-        print(json.dumps({"mode": mode, "deep_operations": deep, **fuzzing.summary(result)}))
+        print(
+            json.dumps(
+                {
+                    "mode": mode,
+                    "deep_operations": deep,
+                    "not_utf8_requests": not_utf8.requests,
+                    **fuzzing.summary(result),
+                }
+            )
+        )
         assert result.returncode == 0, result.output[-20000:]
         assert result.requests >= MIN_REQUESTS, fuzzing.summary(result)
         # The fuzzer reached past the lookups: the seeded sessions' deep operations

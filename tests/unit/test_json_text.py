@@ -91,6 +91,54 @@ def test_a_surrogate_pair_is_one_character() -> None:
     assert json_text.loads('"\\ud83d\\ude00"') == "\U0001f600"
 
 
+# Overlong "/", an encoded surrogate, a truncated sequence, a lone continuation byte.
+NOT_UTF8 = [b"\xc0\xaf", b"\xed\xa0\x80", b"\xe2\x82", b"\x80", b"\xff\xfe\xc3("]
+
+
+@pytest.mark.parametrize("raw", NOT_UTF8)
+def test_text_that_is_not_utf8_is_refused_with_the_byte_and_its_offset(raw: bytes) -> None:
+    """msgspec raises ``UnicodeDecodeError`` for these (not its ``DecodeError``): it was
+    a 500 on every JSON endpoint."""
+    text = b'{"title": "' + raw + b'"}'
+    with pytest.raises(json_text.JsonTextError) as refused:
+        json_text.loads(text)
+    message = str(refused.value)
+    assert "not UTF-8" in message
+    assert f"byte 0x{raw[0]:02x} at offset 11" in message
+    message.encode("utf-8")
+
+
+def test_a_str_holding_a_raw_surrogate_is_refused() -> None:
+    with pytest.raises(json_text.JsonTextError, match="lone surrogate"):
+        json_text.loads('{"title": "\udcc0"}')
+
+
+@pytest.mark.parametrize("raw", NOT_UTF8)
+def test_frames_that_are_not_utf8_are_malformed_both_ways(raw: bytes) -> None:
+    frames = [
+        b'{"type": "ack", "id": "' + raw + b'"}',
+        b'{"type": "event", "session_id": "s", "seq": 1, "event": {"type": "x", "t": "'
+        + raw
+        + b'"}}',
+    ]
+    for frame in [*frames, frames[0].decode("utf-8", "surrogateescape")]:
+        for decode in (p.decode_runner_frame, p.decode_server_frame):
+            with pytest.raises(p.ProtocolError) as refused:
+                decode(frame)
+            assert refused.value.code == p.MALFORMED
+            assert "UTF-8" in refused.value.message
+
+
+def test_a_too_deep_frame_that_is_not_utf8_is_still_an_error_not_a_crash() -> None:
+    """The too-deep path reads the frame's top level again, to name its type and id."""
+    text = '{"type": "event", "id": "\udcc0", "session_id": "s", "seq": 1, "event": '
+    text += nested(300) + "}"
+    with pytest.raises(p.ProtocolError):
+        p.decode_server_frame(text)
+    with pytest.raises(p.ProtocolError):
+        p.decode_runner_frame(text)
+
+
 @pytest.mark.parametrize(
     "text", ["NaN", "[Infinity]", "1e400", "1" * 5000, "[1,]", "{'a': 1}", b"\xff", ""]
 )

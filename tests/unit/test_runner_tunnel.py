@@ -439,6 +439,32 @@ async def test_rpc_results(
     }
 
 
+async def test_an_unexpected_os_error_is_answered_without_the_machines_path(
+    server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
+) -> None:
+    """An ``OSError``'s text names the absolute path; the server may show the answer to an
+    API client, so the rpc error and a command's nack carry only the reason."""
+    secret = "/home/someone/projects/ws/" + "n" * 300
+    executor.errors["rpc"] = OSError(36, "File name too long", secret)
+    executor.errors["interrupt"] = FileNotFoundError(2, "No such file or directory", secret)
+    await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws)
+    await send_frame(ws, {"type": "rpc", "id": "r1", "method": "workspace.read", "params": {}})
+    assert await recv_frame(ws) == {
+        "type": "rpc.result",
+        "id": "r1",
+        "ok": False,
+        "error": {"code": "internal_error", "message": "File name too long"},
+    }
+    await send_frame(ws, {"type": "turn.interrupt", "id": 2, "session_id": "s1"})
+    assert await recv_frame(ws) == {
+        "type": "nack",
+        "id": 2,
+        "error": {"code": "internal_error", "message": "No such file or directory"},
+    }
+
+
 async def test_malformed_and_binary_frames_are_ignored(
     server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
 ) -> None:

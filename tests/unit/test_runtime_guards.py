@@ -208,10 +208,11 @@ def test_guard_each_inline_class_has_exactly_the_audited_hooks() -> None:
         assert tuple(hook for hook in hooks if hasattr(cls, hook)) == expected, cls
     # settings.MIDDLEWARE names Django's classes (for its system checks); each of them
     # has its inline equivalent, in order. ErrorFormatMiddleware (omnigent_site/errors.py)
-    # is the project's own, not a library's.
+    # and Utf8UrlMiddleware (omnigent_site/utf8_urls.py) are the project's own.
     stock = [path for path in settings.MIDDLEWARE if path.startswith("django.")]
     assert [path for path in settings.MIDDLEWARE if path not in stock] == [
-        "omnigent_site.errors.ErrorFormatMiddleware"
+        "omnigent_site.errors.ErrorFormatMiddleware",
+        "omnigent_site.utf8_urls.Utf8UrlMiddleware",
     ]
     assert [middleware.INLINE_EQUIVALENTS[path].rsplit(".", 1)[-1] for path in stock] == [
         cls.__name__ for cls in INLINE_CLASSES

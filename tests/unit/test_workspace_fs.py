@@ -8,6 +8,7 @@ import base64
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -335,3 +336,191 @@ async def test_rpc_writes_are_reported_as_user_changes_in_git_mode(root: Path) -
         "user",
     )
     assert (entry["before"], entry["after"]) == ("v1\n", "v2\n")
+
+
+# --- long names and the runner's own paths (files.md §2, Confinement) -----------------
+
+RPC_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("workspace.write", {"content": "x", "create_parents": True}),
+    ("workspace.write", {"content": "x"}),
+    ("workspace.edit", {"old_text": "a", "new_text": "b"}),
+    ("workspace.delete", {"recursive": True}),
+    ("workspace.read", {"max_bytes": 100}),
+    ("workspace.list", {}),
+    ("workspace.read_chunk", {"offset": 0, "length": 10}),
+    ("workspace.search", {"q": "x"}),
+]
+
+
+async def refusals(root: Path, path: str, *, tracked: bool) -> list[tuple[str, CommandRejected]]:
+    """Every rpc method on ``path``; each must be refused (the method and the error)."""
+    rpc = WorkspaceRpc(lambda session_id, event: None)
+    workspace = SessionWorkspace(root, AgentEditTracker(root) if tracked else None)
+    refused = []
+    for method, params in RPC_CALLS:
+        where = {"path": path} if method != "workspace.search" else {"path": path, **params}
+        with pytest.raises(CommandRejected) as caught:
+            await rpc_call(rpc, workspace, method, **{**params, **where})
+        refused.append((method, caught.value))
+    return refused
+
+
+@pytest.mark.parametrize(
+    ("path", "limit"),
+    [
+        ("n" * 300 + ".txt", "255 bytes per name"),
+        ("sub/" + "é" * 128, "255 bytes per name"),  # 128 characters, 256 bytes
+        ("/".join(["abcdefgh"] * 600), "4096 bytes"),
+        ("a" * 5000, "4096 bytes"),
+    ],
+)
+@pytest.mark.parametrize("tracked", [False, True])
+async def test_names_and_paths_over_the_limits_are_400_naming_the_limit(
+    root: Path, path: str, limit: str, tracked: bool
+) -> None:
+    """They reached the file system, whose ``[Errno 36] File name too long: '<the
+    runner's absolute path>'`` went back to the client as a 503."""
+    for method, refused in await refusals(root, path, tracked=tracked):
+        assert (refused.status, refused.code) == (400, "invalid_input"), method
+        assert limit in refused.message, (method, refused.message)
+        assert str(root) not in refused.message and "/tmp" not in refused.message
+
+
+def test_a_name_of_255_bytes_is_allowed(root: Path) -> None:
+    name = "é" * 127 + "x"  # 255 bytes
+    target, rel = workspace_fs.confine(root, f"sub/{name}", write=True)
+    workspace_fs.write_file(target, rel, b"ok", create_parents=True)
+    assert (root / "sub" / name).read_bytes() == b"ok"
+    assert workspace_fs.path_length_problem("a/" * 2047 + "bc") is None  # 4096 bytes
+
+
+@pytest.mark.parametrize("tracked", [False, True])
+async def test_errors_from_the_file_system_name_the_workspace_path_only(
+    root: Path, tracked: bool
+) -> None:
+    """Within the API's limits, the OS can still refuse: the root and the path together
+    pass PATH_MAX, or a parent is a file. The answer names the path as the API gave it."""
+    (root / "file.txt").write_text("x")
+    deep = "/".join(["b" * 200] * 20) + "/" + "c" * 60  # 4,080 bytes: the root makes it too long
+    for method, refused in await refusals(root, deep, tracked=tracked):
+        assert refused.status == 400, (method, refused.message)
+        assert "File name too long" in refused.message, (method, refused.message)
+        assert str(root) not in refused.message, method
+        assert refused.message.count("/") <= deep.count("/") + 1, method
+    for method, refused in await refusals(root, "file.txt/inner", tracked=tracked):
+        assert refused.status in (400, 404, 409), (method, refused.status)
+        assert str(root) not in refused.message, (method, refused.message)
+        assert "'file.txt/inner'" in refused.message, (method, refused.message)
+
+
+def test_an_os_errors_answer_follows_its_errno() -> None:
+    import errno
+
+    cases = {
+        errno.ENOENT: 404,
+        errno.EACCES: 403,
+        errno.ENAMETOOLONG: 400,
+        errno.EISDIR: 409,
+        errno.ENOSPC: 409,
+    }
+    for number, status in cases.items():
+        error = OSError(number, os.strerror(number), "/home/someone/secret/ws/a.txt")
+        answer = workspace_fs.os_failure(error, "a.txt", "write")
+        assert answer.status == status, number
+        assert answer.message == f"cannot write 'a.txt': {os.strerror(number)}"
+    loop = RuntimeError("Symlink loop from '/home/someone/ws/x'")
+    assert "/home" not in workspace_fs.os_failure(loop, "x", "read", status=400).message
+
+
+# --- search patterns: RE2, linear time ---------------------------------------------------
+
+
+@pytest.mark.timeout(30)
+def test_a_catastrophic_pattern_is_answered_at_once(root: Path) -> None:
+    """``(a+)+$`` on 28 ``a`` and a ``!`` backtracks 2^28 times in Python's ``re``:
+    minutes with the GIL held, the whole runner stalled. RE2 answers in linear time."""
+    (root / "evil.txt").write_text("a" * 28 + "!\n" + "a" * 5000 + "!\n")
+    (root / "good.txt").write_text("aaaa\n")
+    began = time.monotonic()
+    result = workspace_fs.search(root, query="(a+)+$", regex=True)
+    assert time.monotonic() - began < 2.0
+    assert result == {
+        "object": "list",
+        "data": [{"path": "good.txt", "line": 1, "text": "aaaa"}],
+        "truncated": False,
+    }
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        (r"(a)\1", "invalid escape sequence"),
+        (r"(?=a)b", "invalid perl operator"),
+        (r"(?<!a)b", "invalid perl operator"),
+        (r"(?>a+)b", "invalid perl operator"),
+        (r"a++", "bad repetition operator"),
+        (r"(", "missing )"),
+    ],
+)
+def test_patterns_re2_does_not_take_are_400_saying_why(
+    root: Path, pattern: str, reason: str
+) -> None:
+    with pytest.raises(WorkspaceError) as refused:
+        workspace_fs.search(root, query=pattern, regex=True)
+    assert refused.value.status == 400
+    assert reason in refused.value.message and "RE2" in refused.value.message
+    assert "backreferences" in refused.value.message
+
+
+def test_re2_patterns_find_what_they_did(root: Path) -> None:
+    (root / "code.py").write_text("def main():\n    return 'Café'\n# TODO: later\n")
+
+    def found(pattern: str) -> list[int]:
+        hits = workspace_fs.search(root, query=pattern, regex=True)["data"]
+        return [hit["line"] for hit in hits]
+
+    assert found(r"^def \w+\(") == [1]
+    assert found(r"(?i)café") == [2]
+    assert found(r"TODO|FIXME") == [3]
+    assert found(r"(?P<word>ret)urn") == [2]
+
+
+def test_the_whole_file_first_pass_never_changes_the_answer(root: Path) -> None:
+    """Each file is first searched whole (one RE2 call instead of one per line); the
+    lines found must be those a search line by line finds, whatever the anchors, line
+    ends and flags."""
+    import re2
+
+    texts = {
+        "lf.txt": "def main():\n    return 1\nend\n\nx = 'a'\n",
+        "crlf.txt": "def main():\r\n    return 1\r\nend\r\n",
+        "no_newline.txt": "alpha beta",
+        "cut.txt": "ok line\n\xe9t\xe9\n",
+    }
+    for name, text in texts.items():
+        (root / name).write_bytes(text.encode("utf-8"))
+    patterns = [
+        r"^def",
+        r"1$",
+        r"^end$",
+        r"\Aend",
+        r"end\z",
+        r"(?-m)^end",
+        r"(?s)main.*return",
+        r"\bbeta\b",
+        r"^$",
+        r"\s+return",
+        r"[^a]1",
+        r"(?i)ÉTÉ",
+        r"\r",
+        r"a\x27",
+    ]
+    for pattern in patterns:
+        reference = re2.compile(pattern)
+        expected = []
+        for name in sorted(texts):
+            for number, line in enumerate(texts[name].splitlines(), start=1):
+                if reference.search(line.rstrip("\r\n")):
+                    expected.append((name, number))
+        found = workspace_fs.search(root, query=pattern, regex=True, limit=500)["data"]
+        assert [(hit["path"], hit["line"]) for hit in found] == expected, pattern
