@@ -124,7 +124,8 @@ APPEND_SLASH = False
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        # The project's own overrides of library templates (the Redoc page).
+        "DIRS": [BASE_DIR / "omnigent_site" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
