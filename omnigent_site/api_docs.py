@@ -1,4 +1,9 @@
-"""The Redoc page of ``/v1/redoc``, served with no request to another host.
+"""The API's documents: the schema (``/v1/schema``) and its Redoc page (``/v1/redoc``).
+
+The schema's JSON ends with a newline, as every JSON answer does
+(``omnigent_site/renderers.py``); its YAML does already.
+
+The Redoc page is served with no request to another host.
 
 drf-spectacular's template links Google Fonts, and Redoc's bundle draws the Redocly
 logo from Redocly's CDN (it has no option to leave it out). The project's template
@@ -12,9 +17,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.views import SpectacularRedocView
+from drf_spectacular.renderers import (
+    OpenApiJsonRenderer,
+    OpenApiJsonRenderer2,
+    OpenApiYamlRenderer,
+    OpenApiYamlRenderer2,
+)
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView
 from rest_framework.request import Request
 from rest_framework.response import Response
+
+from .renderers import FinalNewlineMixin
 
 REDOC_CONTENT_SECURITY_POLICY = "; ".join(
     [
@@ -28,6 +41,23 @@ REDOC_CONTENT_SECURITY_POLICY = "; ".join(
         "frame-ancestors 'none'",
     ]
 )
+
+
+class SchemaJSONRenderer(FinalNewlineMixin, OpenApiJsonRenderer):
+    pass
+
+
+class SchemaPlainJSONRenderer(FinalNewlineMixin, OpenApiJsonRenderer2):
+    pass
+
+
+class SchemaView(SpectacularAPIView):
+    renderer_classes = [
+        OpenApiYamlRenderer,
+        OpenApiYamlRenderer2,
+        SchemaJSONRenderer,
+        SchemaPlainJSONRenderer,
+    ]
 
 
 class OfflineRedocView(SpectacularRedocView):

@@ -382,7 +382,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": [
-        "rest_framework.renderers.JSONRenderer",
+        # DRF's JSON with a final newline (omnigent_site/renderers.py).
+        "omnigent_site.renderers.JSONRenderer",
         "omnigent_site.browsable.FormsBrowsableAPIRenderer",
     ],
     "DEFAULT_PARSER_CLASSES": [
