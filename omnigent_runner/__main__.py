@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION
-from omnigent_runner.config import ConfigError, RunnerConfig, load_config
+from omnigent_runner.config import ConfigError, RunnerConfig, load_config, program_name
 from omnigent_runner.executor import SessionExecutor
 from omnigent_runner.tunnel import EXIT_FATAL, RunnerTunnel
 
@@ -96,7 +96,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the runner; return the process exit code."""
     logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT, stream=sys.stderr)
     try:
-        config = load_config(list(argv) if argv is not None else None, os.environ)
+        config = load_config(
+            list(argv) if argv is not None else None, os.environ, prog=program_name(sys.argv[0])
+        )
     except ConfigError as exc:
         print(f"runner: configuration error: {exc}", file=sys.stderr)
         return EXIT_FATAL
