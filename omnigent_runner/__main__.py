@@ -27,6 +27,18 @@ logger = logging.getLogger("omnigent_runner")
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
+# The HTTP clients under the openai SDK (httpx2, the SDK's own; httpx) log one line per
+# request at INFO: every LLM call, ``HTTP Request: POST …/v1/responses``.
+_PER_REQUEST_LOGGERS = ("httpx2", "httpx")
+
+
+def set_log_levels(level: str) -> None:
+    """``level`` for the runner; the HTTP clients' line per request only at DEBUG."""
+    logging.getLogger().setLevel(level)
+    for name in _PER_REQUEST_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
+
+
 def build_executor(config: RunnerConfig) -> SessionExecutor:
     """The agent executor, imported here so a config error never pays for (or trips on) it."""
     from omnigent_runner.agent import AgentExecutor
@@ -102,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"runner: configuration error: {exc}", file=sys.stderr)
         return EXIT_FATAL
-    logging.getLogger().setLevel(config.log_level)
+    set_log_levels(config.log_level)
 
     logger.info(
         "runner %s (version %s, protocol %d) for server %s, workspace %s",

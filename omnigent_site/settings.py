@@ -417,16 +417,21 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 
+_LOG_LEVEL = os.environ.get("OMNIGENT_LOG_LEVEL", "INFO").strip().upper() or "INFO"
+# Libraries that log routine chatter at INFO show it only when the level is DEBUG.
+_CHATTER_LEVEL = "DEBUG" if _LOG_LEVEL == "DEBUG" else "WARNING"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {
-        "handlers": ["console"],
-        "level": os.environ.get("OMNIGENT_LOG_LEVEL", "INFO").strip().upper() or "INFO",
-    },
+    "root": {"handlers": ["console"], "level": _LOG_LEVEL},
     "loggers": {
+        # "Starting server at tcp:port=8000:interface=127.0.0.1": the runtime's own line
+        # says where to go (omnigent_site/runtime/server.py).
+        "daphne.cli": {"level": _CHATTER_LEVEL},
+        # One line per HTTP request made with httpx (runlocal's health checks).
+        "httpx": {"level": _CHATTER_LEVEL},
         "django.channels.server": {"level": "WARNING"},
         # Django's own console handler would print each request warning a second time
         # (unformatted) in DEBUG mode: its records go to the root handler only.
