@@ -80,7 +80,9 @@ if not SECRET_KEY:
         raise ImproperlyConfigured("DJANGO_SECRET_KEY is required when DJANGO_DEBUG=0")
     SECRET_KEY = local_secret_key(DATA_DIR / "secret-key")
 
-ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+# Loopback only. Django's test client's host ("testserver") is added by Django's test
+# set-up (pytest-django runs it), not here.
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 
 
 INSTALLED_APPS = [
