@@ -46,8 +46,9 @@ endif
 test-postgres: bootstrap-dev
 	DATABASE_URL=$(PG_TEST_URL) $(BIN)/python -m pytest tests/api -p no:cacheprovider
 
+# `make demo KEEP=1` keeps its temporary folder (workspace, database, logs).
 demo: bootstrap
-	$(BIN)/python -m scripts.demo
+	$(BIN)/python -m scripts.demo $(if $(KEEP),--keep)
 
 bench: bootstrap-dev
 	$(BIN)/python bench/relay.py
