@@ -8,9 +8,11 @@ PG_TEST_URL ?= postgres://postgres@127.0.0.1:5432/test
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # `make run WORKSPACE=~/src/project` runs the local runner on another folder;
-# `make run LLM=mock` answers with the bundled mock LLM (offline, README walkthrough).
+# `make run LLM=mock` answers with the bundled mock LLM (offline, README walkthrough),
+# on port MOCK_PORT (the same at every start; 0: any free port).
 WORKSPACE ?= ./workspace
 LLM ?= env
+MOCK_PORT ?= 8765
 
 .PHONY: run test test-postgres demo bench lint bootstrap bootstrap-dev runner-wheel
 
@@ -32,7 +34,7 @@ $(DEV_STAMP): $(STAMP) requirements-dev.txt
 
 run: bootstrap
 	$(BIN)/python manage.py migrate --noinput -v0
-	$(BIN)/python manage.py runlocal --host $(HOST) --port $(PORT) --workspace "$(WORKSPACE)" --llm $(LLM)
+	$(BIN)/python manage.py runlocal --host $(HOST) --port $(PORT) --workspace "$(WORKSPACE)" --llm $(LLM) --mock-port $(MOCK_PORT)
 
 test: bootstrap-dev
 	$(BIN)/python -m pytest
@@ -44,8 +46,9 @@ endif
 test-postgres: bootstrap-dev
 	DATABASE_URL=$(PG_TEST_URL) $(BIN)/python -m pytest tests/api -p no:cacheprovider
 
+# `make demo KEEP=1` keeps its temporary folder (workspace, database, logs).
 demo: bootstrap
-	$(BIN)/python -m scripts.demo
+	$(BIN)/python -m scripts.demo $(if $(KEEP),--keep)
 
 bench: bootstrap-dev
 	$(BIN)/python bench/relay.py

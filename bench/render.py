@@ -47,6 +47,7 @@ def django_project(tmp: Path) -> Iterator[None]:
         DATABASE_URL=f"sqlite:///{tmp / 'render.sqlite3'}",
         DJANGO_DEBUG="0",
         DJANGO_SECURE_SSL_REDIRECT="0",  # the test client speaks plain HTTP
+        DJANGO_ALLOWED_HOSTS="testserver",  # ... to the test client's host
         DJANGO_SECRET_KEY=secrets.token_urlsafe(48),
         OMNIGENT_DATA_DIR=str(tmp / "data"),
         OMNIGENT_LOG_LEVEL="WARNING",

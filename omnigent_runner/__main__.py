@@ -18,13 +18,25 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION
-from omnigent_runner.config import ConfigError, RunnerConfig, load_config
+from omnigent_runner.config import ConfigError, RunnerConfig, load_config, program_name
 from omnigent_runner.executor import SessionExecutor
 from omnigent_runner.tunnel import EXIT_FATAL, RunnerTunnel
 
 logger = logging.getLogger("omnigent_runner")
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+# The HTTP clients under the openai SDK (httpx2, the SDK's own; httpx) log one line per
+# request at INFO: every LLM call, ``HTTP Request: POST …/v1/responses``.
+_PER_REQUEST_LOGGERS = ("httpx2", "httpx")
+
+
+def set_log_levels(level: str) -> None:
+    """``level`` for the runner; the HTTP clients' line per request only at DEBUG."""
+    logging.getLogger().setLevel(level)
+    for name in _PER_REQUEST_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if level == "DEBUG" else logging.WARNING)
 
 
 def build_executor(config: RunnerConfig) -> SessionExecutor:
@@ -96,11 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the runner; return the process exit code."""
     logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT, stream=sys.stderr)
     try:
-        config = load_config(list(argv) if argv is not None else None, os.environ)
+        config = load_config(
+            list(argv) if argv is not None else None, os.environ, prog=program_name(sys.argv[0])
+        )
     except ConfigError as exc:
         print(f"runner: configuration error: {exc}", file=sys.stderr)
         return EXIT_FATAL
-    logging.getLogger().setLevel(config.log_level)
+    set_log_levels(config.log_level)
 
     logger.info(
         "runner %s (version %s, protocol %d) for server %s, workspace %s",

@@ -13,7 +13,7 @@ import importlib.util
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
 from typing import NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
@@ -21,6 +21,9 @@ from omnigent_runner.coalesce import DEFAULT_DELTA_INTERVAL_MS, MAX_DELTA_INTERV
 from omnigent_runner.identity import derive_runner_id
 
 DEFAULT_SERVER_URL = "http://127.0.0.1:8000"
+# The program's names in ``--help``: the wheel's console script, or the module.
+CONSOLE_SCRIPT = "omnigent-runner"
+MODULE_COMMAND = "python -m omnigent_runner"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _TRUE_VALUES = frozenset({"1", "true", "yes", "on"})
 _WS_SCHEMES = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
@@ -83,9 +86,9 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def _build_parser(prog: str) -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="python -m omnigent_runner",
+        prog=prog,
         description="Dial the server's runner tunnel and run agent sessions in a workspace.",
     )
     parser.add_argument("--server-url", help=f"server base URL (env {ENV_SERVER_URL})")
@@ -194,13 +197,24 @@ def _parse_llm_http_client(raw: str | None) -> str:
     return client
 
 
-def load_config(argv: list[str] | None, env: Mapping[str, str]) -> RunnerConfig:
-    """Build the configuration from ``argv`` (flags win) and ``env``.
+def program_name(argv0: str) -> str:
+    """The command the runner was started as, for its usage line: the console script
+    (``omnigent-runner``, ``omnigent-runner.exe``) by its name, anything else (``-m``
+    runs the module as ``…/__main__.py``) as ``python -m omnigent_runner``."""
+    # PureWindowsPath splits on both "/" and "\\".
+    return CONSOLE_SCRIPT if PureWindowsPath(argv0).stem == CONSOLE_SCRIPT else MODULE_COMMAND
+
+
+def load_config(
+    argv: list[str] | None, env: Mapping[str, str], *, prog: str = MODULE_COMMAND
+) -> RunnerConfig:
+    """Build the configuration from ``argv`` (flags win) and ``env``; ``prog`` names the
+    program in ``--help``.
 
     Raises :class:`ConfigError` for anything unusable, so the runner never dials the
     server with settings that can only fail there.
     """
-    args = _build_parser().parse_args(argv)
+    args = _build_parser(prog).parse_args(argv)
 
     server_url = _validate_server_url(
         _pick(args.server_url, env, ENV_SERVER_URL) or DEFAULT_SERVER_URL

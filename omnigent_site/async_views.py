@@ -25,10 +25,11 @@ from typing import Any
 
 from adrf.views import APIView as AdrfAPIView
 from django.http import HttpResponse, HttpResponseBase
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
+
+from .renderers import JSONRenderer
 
 
 class AsyncAPIView(AdrfAPIView):

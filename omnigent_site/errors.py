@@ -18,12 +18,13 @@ from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.db import DataError
-from django.http import Http404, HttpRequest, HttpResponseBase, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponseBase
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from .domain_errors import DomainError, PayloadTooLarge
+from .renderers import JSONResponse
 from .shapes import ErrorBody, ErrorDetail
 
 log = logging.getLogger(__name__)
@@ -149,19 +150,19 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     )
 
 
-def json_error(status_code: int, message: str) -> JsonResponse:
-    return JsonResponse(error_body(status_code, message), status=status_code)
+def json_error(status_code: int, message: str) -> JSONResponse:
+    return JSONResponse(error_body(status_code, message), status=status_code)
 
 
-def not_found_view(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+def not_found_view(request: HttpRequest, exception: Exception | None = None) -> JSONResponse:
     return json_error(404, f"no route for {request.path}")
 
 
-def server_error_view(request: HttpRequest) -> JsonResponse:
+def server_error_view(request: HttpRequest) -> JSONResponse:
     return json_error(500, "internal server error")
 
 
-def bad_request_view(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+def bad_request_view(request: HttpRequest, exception: Exception | None = None) -> JSONResponse:
     if isinstance(exception, RequestDataTooBig):
         return json_error(413, "the request body is too large")
     return json_error(400, "bad request")
@@ -169,7 +170,7 @@ def bad_request_view(request: HttpRequest, exception: Exception | None = None) -
 
 def permission_denied_view(
     request: HttpRequest, exception: Exception | None = None
-) -> JsonResponse:
+) -> JSONResponse:
     return json_error(403, str(exception) or "forbidden")
 
 
@@ -209,7 +210,7 @@ class ErrorFormatMiddleware:
         response: Awaitable[HttpResponseBase] = self.get_response(request)
         return self.format(request, await response)
 
-    def process_exception(self, request: HttpRequest, exception: Exception) -> JsonResponse | None:
+    def process_exception(self, request: HttpRequest, exception: Exception) -> JSONResponse | None:
         """With DEBUG on, an exception from a view or from rendering its response is
         answered here: Django's traceback page would be HTML, and it cannot even be built
         when the exception's text holds a lone surrogate. With DEBUG off, Django's
@@ -224,7 +225,7 @@ class ErrorFormatMiddleware:
         if (
             response.status_code < 400
             or response.streaming
-            or isinstance(response, Response | JsonResponse)
+            or isinstance(response, Response | JSONResponse)
             or response.get("Content-Type", "").startswith("application/json")
             or not is_api_path(request.path)
         ):

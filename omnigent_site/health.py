@@ -8,7 +8,9 @@ import logging
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest
+
+from .renderers import JSONResponse
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ async def _channel_layer_ok() -> bool:
         return False
 
 
-async def health(request: HttpRequest) -> JsonResponse:
+async def health(request: HttpRequest) -> JSONResponse:
     try:
         database, layer = await asyncio.wait_for(
             asyncio.gather(sync_to_async(_database_ok)(), _channel_layer_ok()),
@@ -53,4 +55,4 @@ async def health(request: HttpRequest) -> JsonResponse:
         "database": "ok" if database else "unavailable",
         "channel_layer": "ok" if layer else "unavailable",
     }
-    return JsonResponse(body, status=200 if ok else 503)
+    return JSONResponse(body, status=200 if ok else 503)

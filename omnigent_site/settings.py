@@ -80,7 +80,9 @@ if not SECRET_KEY:
         raise ImproperlyConfigured("DJANGO_SECRET_KEY is required when DJANGO_DEBUG=0")
     SECRET_KEY = local_secret_key(DATA_DIR / "secret-key")
 
-ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]", "testserver"])
+# Loopback only. Django's test client's host ("testserver") is added by Django's test
+# set-up (pytest-django runs it), not here.
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 
 
 INSTALLED_APPS = [
@@ -126,7 +128,8 @@ APPEND_SLASH = False
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
+        # The project's own overrides of library templates (the Redoc page).
+        "DIRS": [BASE_DIR / "omnigent_site" / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -389,7 +392,8 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": [
-        "rest_framework.renderers.JSONRenderer",
+        # DRF's JSON with a final newline (omnigent_site/renderers.py).
+        "omnigent_site.renderers.JSONRenderer",
         "omnigent_site.browsable.FormsBrowsableAPIRenderer",
     ],
     # JSON only: the upload endpoints name their multipart parsers themselves, and a
@@ -422,16 +426,21 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 
+_LOG_LEVEL = os.environ.get("OMNIGENT_LOG_LEVEL", "INFO").strip().upper() or "INFO"
+# Libraries that log routine chatter at INFO show it only when the level is DEBUG.
+_CHATTER_LEVEL = "DEBUG" if _LOG_LEVEL == "DEBUG" else "WARNING"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {
-        "handlers": ["console"],
-        "level": os.environ.get("OMNIGENT_LOG_LEVEL", "INFO").strip().upper() or "INFO",
-    },
+    "root": {"handlers": ["console"], "level": _LOG_LEVEL},
     "loggers": {
+        # "Starting server at tcp:port=8000:interface=127.0.0.1": the runtime's own line
+        # says where to go (omnigent_site/runtime/server.py).
+        "daphne.cli": {"level": _CHATTER_LEVEL},
+        # One line per HTTP request made with httpx (runlocal's health checks).
+        "httpx": {"level": _CHATTER_LEVEL},
         "django.channels.server": {"level": "WARNING"},
         # Django's own console handler would print each request warning a second time
         # (unformatted) in DEBUG mode: its records go to the root handler only.

@@ -1,12 +1,9 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 from django.views.decorators.csrf import csrf_exempt
-from drf_spectacular.views import (
-    SpectacularAPIView,
-    SpectacularRedocView,
-    SpectacularSwaggerView,
-)
+from drf_spectacular.views import SpectacularSwaggerView
 
+from .api_docs import OfflineRedocView, SchemaView
 from .api_root import ApiRootView
 from .errors import not_found_view
 from .health import health
@@ -21,9 +18,9 @@ urlpatterns = [
     path("v1/", include("runners.urls")),
     path("v1/", include("workspaces.urls")),
     path("v1/", ApiRootView.as_view(), name="api-root"),
-    path("v1/schema", SpectacularAPIView.as_view(), name="schema"),
+    path("v1/schema", SchemaView.as_view(), name="schema"),
     path("v1/docs", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
-    path("v1/redoc", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
+    path("v1/redoc", OfflineRedocView.as_view(url_name="schema"), name="redoc"),
     # Unknown API routes answer in the error format even with DEBUG on, for every
     # method: CSRF-exempt like the API views, or a POST would get Django's HTML 403.
     re_path(r"^v1/", csrf_exempt(not_found_view)),

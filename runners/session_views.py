@@ -17,13 +17,13 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
-from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from omnigent_site.async_views import AsyncAPIView, RenderJSONOnLoopMixin
 from omnigent_site.authentication import request_user
+from omnigent_site.renderers import JSONRenderer
 from omnigent_site.schema import error_responses
 from sessions import selectors, snapshot_cache
 from sessions import services as session_services

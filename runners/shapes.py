@@ -66,11 +66,17 @@ class RunnerCreatedOut(TypedDict):
 
 
 def runner_start_command(*, server_url: str, token: str) -> str:
-    """What to run on the workspace machine: the token in the environment, not in argv."""
+    """What to run on the workspace machine: the token in the environment, not in argv;
+    the two things a person must fill in (an existing workspace folder, the LLM) said
+    where they are set. The LLM lines are comments: a bundle may carry its own."""
     return (
         f"export RUNNER_SERVER_URL={shlex.quote(server_url)}\n"
         f"export OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN={shlex.quote(token)}\n"
+        "# The folder the agents work in: it must exist (the runner will not start otherwise).\n"
         "export OMNIGENT_RUNNER_WORKSPACE=/path/to/workspace\n"
+        "# The LLM, unless every bundle has its own executor.auth: uncomment and fill in.\n"
+        "# export OPENAI_API_KEY=sk-...\n"
+        "# export OPENAI_BASE_URL=https://api.openai.com/v1  # the default; any OpenAI-compatible URL\n"
         "omnigent-runner"
     )
 

@@ -26,12 +26,13 @@ from drf_spectacular.utils import (
 from rest_framework import status
 from rest_framework.exceptions import ValidationError
 from rest_framework.permissions import IsAuthenticated
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
 from omnigent_site.async_views import AsyncAPIView, RenderJSONOnLoopMixin
 from omnigent_site.domain_errors import Forbidden, PayloadTooLarge, RunnerUnavailable
+from omnigent_site.renderers import JSONRenderer
 from omnigent_site.schema import error_responses
 from sessions.permissions import EDIT, READ, SessionAccess, SessionScopedMixin
 from workspaces.serializers import (

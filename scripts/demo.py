@@ -5,10 +5,14 @@ single-user mode) and a runner on a fresh workspace; uploads a small bundle;
 sends a message that makes the agent write a file; follows the session stream
 until the turn ends; prints the transcript and the changes listing; stops
 everything. Nothing needs a network or an API key.
+
+Everything lives in a temporary folder (the workspace, the database, the logs), removed
+at the end; ``--keep`` (``make demo KEEP=1``) keeps it and says where it is.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -76,14 +80,32 @@ def follow_turn(client: httpx.Client, session_id: str) -> None:
                     return
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the temporary folder (workspace, database, logs) and print where it is",
+    )
+    args = parser.parse_args(argv)
     with contextlib.ExitStack() as stack:
-        return run(stack)
+        if args.keep:
+            tmp_path = Path(tempfile.mkdtemp(prefix="omnigent-demo-"))
+        else:
+            tmp_path = Path(
+                stack.enter_context(tempfile.TemporaryDirectory(prefix="omnigent-demo-"))
+            )
+        code = run(stack, tmp_path)
+    # Said once everything has stopped (and, without --keep, the folder is gone).
+    if args.keep:
+        print(f"\nkept {tmp_path}: workspace/, demo.sqlite3, daphne.log, runner.log")
+    else:
+        print("\nThe temporary folder is removed; `make demo KEEP=1` keeps it.")
+    return code
 
 
-def run(stack: contextlib.ExitStack) -> int:
+def run(stack: contextlib.ExitStack, tmp_path: Path) -> int:
     """Everything the demo starts is registered on ``stack``, stopped in reverse order."""
-    tmp_path = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="omnigent-demo-")))
     workspace = tmp_path / "workspace"
     workspace.mkdir()
     mock = MockLLMServer()
@@ -126,7 +148,7 @@ def run(stack: contextlib.ExitStack) -> int:
         raise SystemExit(f"demo: {exc}") from None
     base_url = server.url
     client = stack.enter_context(server.client(None))
-    print(f"server {base_url}, runner {runner_id}, workspace {workspace}")
+    print(f"server {base_url}, runner {runner_id}, workspace {workspace}/")
 
     created = client.post(
         "/v1/sessions",
@@ -164,7 +186,7 @@ def run(stack: contextlib.ExitStack) -> int:
             f"  {entry['status']:8} {entry['path']} ({entry['bytes']} bytes, +{entry['lines_added']})"
         )
     written = workspace / "notes" / "hello.txt"
-    print(f"\n{written}: {written.read_text()!r}")
+    print(f"\nworkspace/notes/hello.txt: {written.read_text()!r}")
     return 0
 
 

@@ -167,9 +167,10 @@ def _with_grantees(found: list[Session]) -> list[tuple[int, int, Session]]:
     ]
 
 
-# Part of every snapshot ETag: bump it when the snapshot's JSON changes shape, so a
-# validator a client got from an older server never matches what this one renders.
-SNAPSHOT_FORMAT = 1
+# Part of every snapshot ETag: bump it when the snapshot's JSON bytes change, so a
+# validator a client got from an older server never matches what this one renders
+# (2: every JSON body ends with a newline, omnigent_site/renderers.py).
+SNAPSHOT_FORMAT = 2
 
 
 def snapshot_etag(

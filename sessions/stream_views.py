@@ -8,10 +8,11 @@ from typing import Any
 from django.http import HttpResponseBase, StreamingHttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.permissions import IsAuthenticated
-from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 
 from omnigent_site.async_views import AsyncAPIView
+from omnigent_site.renderers import JSONRenderer
 from omnigent_site.runtime.flow import SCOPE_KEY
 from omnigent_site.schema import error_responses
 from omnigent_site.stream_slots import SlotStreamingResponse, claim_stream_slot

@@ -25,7 +25,6 @@ refuses it.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import sys
@@ -78,14 +77,12 @@ def default_limit() -> int | None:
 
 def refusal_bytes(limit: int) -> bytes:
     """The raw HTTP/1.1 413 response written on the socket."""
-    body = json.dumps(
-        {
-            "error": {
-                "code": "payload_too_large",
-                "message": f"the request body is larger than this endpoint takes ({limit} bytes)",
-            }
-        }
-    ).encode()
+    from omnigent_site.errors import error_body
+    from omnigent_site.renderers import json_bytes
+
+    body = json_bytes(
+        error_body(413, f"the request body is larger than this endpoint takes ({limit} bytes)")
+    )
     head = (
         "HTTP/1.1 413 Payload Too Large\r\n"
         "Content-Type: application/json\r\n"

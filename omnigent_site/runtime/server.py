@@ -15,6 +15,9 @@ omnigent_site.asgi:application``, so everything here applies to both:
   at start.
 - **No form parsing by Twisted** (``skip_twisted_form_parsing``).
 - **No Twisted access-log line that nobody reads** (``skip_discarded_twisted_access_log``).
+- **Health checks out of the access log** unless the log level is DEBUG
+  (``hide_health_checks_from_access_log``): a load balancer or ``runlocal`` asks
+  ``/health`` every few seconds.
 - **Request bodies over a registered path's limit** refused while they arrive
   (``runtime.body_limit``).
 - **Startup objects frozen** out of the garbage collector's full passes once the
@@ -27,8 +30,9 @@ omnigent_site.asgi:application``, so everything here applies to both:
   reactor, and HTTP requests get a moment to finish (``DrainOnShutdown``).
 - **Write watch**: every HTTP request gets a ``runtime.flow.WriteWatch`` in its scope.
 
-One line at INFO level (logger ``omnigent_site.runtime.server``) reports, once the
-reactor runs, what was applied, and which event loop daphne runs on: uvloop under
+Once the reactor runs, one line at INFO (logger ``omnigent_site.runtime.server``) says
+where to go: ``Omnigent on http://127.0.0.1:8000/ (web page), API at /v1/``. One line at
+DEBUG reports what was applied, and which event loop daphne runs on: uvloop under
 ``python -m omnigent_site.serve``, which chooses it before daphne is loaded
 (``runtime/event_loop.py``), asyncio's own under a bare ``daphne`` command.
 
@@ -70,6 +74,7 @@ def prepare_process() -> None:
     _prepared = True
     skip_twisted_form_parsing()
     skip_discarded_twisted_access_log()
+    hide_health_checks_from_access_log()
     body_limit.install()
     raise_websocket_frame_limit(settings.OMNIGENT_MAX_FRAME_BYTES)
     reactor = installed_reactor()
@@ -92,7 +97,10 @@ def _reactor_started(reactor: Any) -> None:
     frozen = freeze_startup_objects()
     reactor.callLater(0, background.start_background_tasks)
     message, frame = TunnelWebSocketLimits.applied or (None, None)
-    log.info(
+    where = listening_urls(RunningServer.server)
+    if where:
+        log.info("%s%s (web page), API at /v1/", WHERE_TO_GO, ", ".join(where))
+    log.debug(
         "server runtime: %d startup objects frozen out of full collections; Twisted "
         "form parsing off: %s; Twisted's discarded access-log line skipped: %s; "
         "WebSocket message/frame limit: %s/%s bytes; background tasks: %s; event loop: %s",
@@ -115,6 +123,82 @@ def _reactor_started(reactor: Any) -> None:
                 value,
                 wanted,
             )
+
+
+# The start of the INFO line that says where the server listens; ``runlocal``, which
+# prints its own summary, leaves it out of what it relays.
+WHERE_TO_GO = "Omnigent on "
+
+
+def listening_urls(daphne_server: Any) -> list[str]:
+    """``http://host:port/`` for each TCP address daphne listens on (the port it was
+    given, or the one the system chose for port 0); daphne's endpoint descriptions for
+    anything else (a UNIX socket, a file descriptor)."""
+    if daphne_server is None:
+        return []
+    urls = []
+    for host, port in getattr(daphne_server, "listening_addresses", []):
+        shown = f"[{host}]" if ":" in str(host) else host
+        urls.append(f"http://{shown}:{port}/")
+    return urls or [str(endpoint) for endpoint in getattr(daphne_server, "endpoints", [])]
+
+
+class RunningServer:
+    """The daphne ``Server`` of this process, once it has built its HTTP factory."""
+
+    server: Any = None
+
+
+class HealthChecksAtDebug:
+    """Daphne's access logger, minus the answered health checks (``GET /health`` 200)
+    while this module's logger is above DEBUG. A failing check is always logged."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __call__(self, protocol: str, action: str, details: dict[str, Any]) -> None:
+        if (
+            protocol == "http"
+            and action == "complete"
+            and details.get("path") == "/health"
+            and details.get("status") == 200
+            and not log.isEnabledFor(logging.DEBUG)
+        ):
+            return
+        self.inner(protocol, action, details)
+
+
+def hide_health_checks_from_access_log() -> bool:
+    """Keep answered health checks out of daphne's access log, and note the running server.
+
+    Daphne writes its access log through the ``action_logger`` its ``Server`` was built
+    with; its HTTP factory is built from the module global ``daphne.server.HTTPFactory``
+    with that server (as ``skip_discarded_twisted_access_log`` relies on too). The
+    subclass installed here wraps the logger in :class:`HealthChecksAtDebug` and keeps
+    the server in :class:`RunningServer` (its listening addresses, for the start-up
+    line). Returns False, changing nothing, if daphne has no such global.
+    """
+    from daphne import server as daphne_server
+
+    current = getattr(daphne_server, "HTTPFactory", None)
+    if current is None:
+        log.warning("daphne.server has no HTTPFactory: health checks stay in the access log")
+        return False
+    if getattr(current, "hides_health_checks", False):
+        return True
+
+    class HealthQuietHTTPFactory(current):  # type: ignore[misc, valid-type]
+        hides_health_checks = True
+
+        def __init__(self, server: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(server, *args, **kwargs)
+            RunningServer.server = server
+            action_logger = getattr(server, "action_logger", None)
+            if action_logger is not None and not isinstance(action_logger, HealthChecksAtDebug):
+                server.action_logger = HealthChecksAtDebug(action_logger)
+
+    daphne_server.HTTPFactory = HealthQuietHTTPFactory
+    return True
 
 
 def freeze_startup_objects() -> int:

@@ -1,7 +1,9 @@
 """The web page in a real browser (Debian's chromium through Playwright) against a real
 daphne, a real runner and the mock LLM (shared/spec/web.md).
 
-The screenshots in docs/images/ are taken here (``OMNIGENT_SCREENSHOTS=1`` writes them).
+The screenshots in docs/images/ are taken here (``OMNIGENT_SCREENSHOTS=1`` writes them);
+the pictures of a conversation come from an ordinary one, never from the tests that put
+hostile text on the page.
 """
 
 from __future__ import annotations
@@ -151,7 +153,6 @@ def test_sign_in_create_chat_diff_stop_share_and_live_list(
     page.wait_for_selector("#diff tr.add")
     added = page.eval_on_selector_all("#diff tr.add td.code", "ns => ns.map(n => n.textContent)")
     assert added == ["+Hello!", "+Bye."]
-    shot(page, "web-session")
 
     # A dropped stream resumes from the last event id: nothing missing, nothing twice.
     mock_llm.configure([{"text": "alpha beta gamma delta", "stream": True, "delay_s": 1.0}])
@@ -193,15 +194,105 @@ def test_sign_in_create_chat_diff_stop_share_and_live_list(
     assert bob_page.is_hidden("#composer") and bob_page.is_hidden("#share")
     assert "Write hello.txt" in transcript_texts(bob_page)
     assert bob_page.evaluate("document.documentElement.scrollWidth") <= 390
-    shot(bob_page, "web-session-phone")
     bob.close()
 
     page.goto(f"{server.url}/")
     page.wait_for_selector(f"li.session-row[data-id='{session_id}']")
     assert page.evaluate("document.documentElement.scrollWidth") <= 1400
-    shot(page, "web-sessions")
     assert errors == [], errors
     context.close()
+
+
+README_CONTENT = (
+    "# Notes\n\n"
+    "Meeting notes, one file per week, named by its Monday (2026-11-30.md).\n"
+    "Decisions go at the top of each file.\n"
+)
+ANSWER = (
+    "I added **notes/README.md**. It says:\n\n"
+    "- what the folder holds: one file of meeting notes per week\n"
+    "- how the files are named (`2026-11-30.md`)\n"
+    "- that decisions go at the top\n\n"
+    "Shall I add a template for a new week too?"
+)
+
+
+def test_an_ordinary_conversation_for_the_pictures(
+    browser: Any,
+    server: Server,
+    runner: Runner,
+    mock_llm: MockLLMServer,
+    make_bundle: Callable[..., bytes],
+) -> None:
+    """A conversation as people have them: a request, a file written, an answer in
+    Markdown with a list and inline code; the session, the list and the read-only phone
+    view as the README and docs/web.md show them."""
+    for title in ("Summarise last week's meeting notes", "Fix the failing date parser test"):
+        create_session(server, make_bundle("file-helper", extra=OS_ENV), title=title)
+    session_id = create_session(
+        server, make_bundle("file-helper", extra=OS_ENV), title="A README for the notes folder"
+    )
+    bind(server, session_id, runner.runner_id)
+    notes = runner.workspace / "notes"
+    notes.mkdir()
+    (notes / "2026-11-30.md").write_text("# Week of 30 November\n")
+    mock_llm.configure(
+        [
+            {"tool_calls": [{"name": "sys_os_write",
+                             "arguments": {"path": "notes/README.md", "content": README_CONTENT}}]},
+            {"text": ANSWER, "stream": True},
+        ]
+    )  # fmt: skip
+    context = browser.new_context(
+        viewport={"width": 1400, "height": 900}, extra_http_headers={"X-Forwarded-Email": ALICE}
+    )
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(f"{server.url}/s/{session_id}")
+    page.wait_for_selector("body[data-ready='1']")
+    send(page, "Add a short README to the notes folder that says what the folder is for.")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#transcript .entry.assistant .bubble')]"
+        ".some(n => n.innerText.includes('template for a new week'))"
+    )
+    page.wait_for_selector("#status[data-status=idle]")
+    assert page.locator("#transcript .entry.assistant .bubble li").count() == 3
+    answer = page.locator("#transcript .entry.assistant .bubble").last
+    assert answer.locator("strong").inner_text() == "notes/README.md"
+    assert answer.locator("code").inner_text() == "2026-11-30.md"
+    page.click("#transcript .entry.tool summary")
+    assert "notes/README.md" in page.inner_text("#transcript .entry.tool .call-args")
+    change = page.wait_for_selector("#changes li[data-path='notes/README.md']")
+    assert "+4" in change.inner_text()
+    change.query_selector("button").click()
+    page.wait_for_selector("#diff tr.add")
+    added = page.eval_on_selector_all("#diff tr.add td.code", "ns => ns.map(n => n.textContent)")
+    assert added == ["+" + line for line in README_CONTENT.splitlines()]
+    shot(page, "web-session")
+
+    page.goto(f"{server.url}/")
+    page.wait_for_selector(f"li.session-row[data-id='{session_id}']")
+    assert page.locator("li.session-row").count() == 3
+    shot(page, "web-sessions")
+
+    with server.client() as client:
+        granted = client.put(
+            f"/v1/sessions/{session_id}/permissions", json={"user_id": BOB, "level": 1}
+        )
+        assert granted.status_code == 200, granted.text
+    bob = browser.new_context(
+        viewport={"width": 390, "height": 844}, extra_http_headers={"X-Forwarded-Email": BOB}
+    )
+    bob_page = bob.new_page()
+    bob_page.goto(f"{server.url}/s/{session_id}")
+    bob_page.wait_for_selector("body[data-ready='1']")
+    bob_page.wait_for_selector("#transcript .entry.assistant .bubble li")
+    assert bob_page.evaluate("document.documentElement.scrollWidth") <= 390
+    shot(bob_page, "web-session-phone")
+    bob.close()
+    context.close()
+    assert errors == [], errors
 
 
 def test_a_500_item_session_is_interactive_in_under_a_second(

@@ -5,8 +5,9 @@ built, not by the launcher. These tests start real daphne processes both ways an
 check what the launcher used to do on its own: the tunnel's 16 MiB frame limit (a
 runner's 2 MiB answer passes; daphne's default would close the tunnel at 1 MiB),
 the garbage-collector freeze, Twisted's form parsing off and the background tasks
-(the runtime's start-up line in the log, which also names the event loop: uvloop under
-``serve``, asyncio's under bare daphne), ``[DONE]`` on SIGTERM and SIGINT on either
+(the runtime's start-up line in the log at DEBUG, which also names the event loop:
+uvloop under ``serve``, asyncio's under bare daphne; at INFO the line that says where
+to go), ``[DONE]`` on SIGTERM and SIGINT on either
 loop, and the stale-runner sweep of a process that holds no tunnel.
 """
 
@@ -121,8 +122,11 @@ def test_the_runtime_applies_however_the_server_starts(
     mock_llm: MockLLMServer,
     make_bundle: Callable[..., bytes],
 ) -> None:
-    server = launch(how)
+    server = launch(how, OMNIGENT_LOG_LEVEL="DEBUG")
     line = runtime_line(server)
+    log = server.process.log()
+    assert f"Omnigent on {server.url}/ (web page), API at /v1/" in log
+    assert '"GET /health" 200' in log  # answered health checks show at DEBUG
     assert int(line["frozen"]) > 10_000
     assert line["formless"] == "True"
     assert line["quiet_log"] == "True"

@@ -1,8 +1,8 @@
 """The README's first hour, run as written: ``make run LLM=mock`` in a terminal, the
 "first session with curl" block in another, then Ctrl-C.
 
-The only changes to the README's text: the port (a free one instead of 8000), the
-folders (``/tmp/…`` becomes the test's own folder, and the workspace is ``workspace/``
+The only changes to the README's text: the ports (free ones instead of 8000 and the
+mock's 8765), the folders (``/tmp/…`` becomes the test's own folder, and the workspace is ``workspace/``
 of a scratch git checkout that ignores it, as ``./workspace`` is in a clone of this
 project) and, between steps 5 and 6, a wait for the turn to finish (a person waits a
 second; the README says so).
@@ -42,13 +42,10 @@ def readme_block(after_heading: str) -> str:
     return match.group(1)
 
 
-def json_values(text: str) -> list[dict]:
-    decoder = json.JSONDecoder()
-    values, position = [], 0
-    while (start := text.find("{", position)) != -1:
-        value, position = decoder.raw_decode(text, start)
-        values.append(value)
-    return values
+def sample_pattern(sample: str) -> re.Pattern[str]:
+    """A README sample (``# {...}`` under a command) as a pattern for the whole output
+    line: exact text, with ``…`` standing for any run of characters (ids, fields)."""
+    return re.compile(".*?".join(re.escape(part) for part in sample.split("…")))
 
 
 class Terminal:
@@ -130,10 +127,13 @@ def make_run(tmp_path: Path) -> Iterator[tuple[Terminal, str, Path]]:
         "OMNIGENT_DATA_DIR": str(tmp_path / "data"),
         "TERM": "dumb",
     }
-    argv = ["make", "run", "LLM=mock", f"PORT={port}", f"WORKSPACE={workspace}"]
+    mock_port = free_port()
+    argv = ["make", "run", "LLM=mock", f"PORT={port}", f"MOCK_PORT={mock_port}"]
+    argv += [f"WORKSPACE={workspace}"]
     terminal = Terminal(argv, env)
     try:
         terminal.read_until("Press Ctrl-C to stop.", START_DEADLINE_S)
+        assert f"LLM: the bundled mock at http://127.0.0.1:{mock_port}/v1 " in terminal.text
         yield terminal, f"http://127.0.0.1:{port}", workspace
     finally:
         terminal.kill()
@@ -163,8 +163,16 @@ def test_readme_walkthrough_lists_the_change_and_ctrl_c_stops_cleanly(
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
-    # curl prints each body without a newline: read the JSON values one after another.
-    bodies = json_values(result.stdout)
+    # Each answer is one line of JSON (a final newline), one per curl that prints.
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(re.findall(r"^curl -s ", block, re.M)), result.stdout
+    bodies = [json.loads(line) for line in lines]
+    # The README's samples are the real answers, character for character but for "…".
+    samples = [line[2:] for line in block.splitlines() if line.startswith("# {")]
+    assert len(samples) >= 4, samples
+    for sample in samples:
+        pattern = sample_pattern(sample)
+        assert any(pattern.fullmatch(line) for line in lines), (sample, lines)
     changes, diff = bodies[-2], bodies[-1]
     assert [entry["path"] for entry in changes["data"]] == ["hello.txt"], changes
     assert changes["data"][0]["status"] == "created"
@@ -173,9 +181,16 @@ def test_readme_walkthrough_lists_the_change_and_ctrl_c_stops_cleanly(
     # make run printed what the mock answered.
     terminal.read_until("mock LLM: asked 'Write hello.txt': answered tool call sys_os_write", 30)
 
-    # Start-up without noise: no key warning, no HTTP/2 notice, each rejection once.
+    # Start-up without noise: no key warning, no HTTP/2 notice, no report of the
+    # runtime's internals, no health checks, no line per HTTP request (runlocal's
+    # checks, the runner's LLM calls), each rejection once.
     assert "DJANGO_SECRET_KEY" not in terminal.text
     assert "HTTP/2" not in terminal.text
+    assert "server runtime:" not in terminal.text and "frozen" not in terminal.text
+    assert "/health" not in terminal.text
+    assert "HTTP Request:" not in terminal.text
+    assert f"Open {base_url}/ in a browser (the API is at {base_url}/v1/)." in terminal.text
+    assert "Omnigent on http" not in terminal.text  # the server's own line: said once above
     httpx.get(f"{base_url}/v1/sessions/conv_missing", timeout=5)
     terminal.read_until('"GET /v1/sessions/conv_missing" 404', 10)
     assert terminal.text.count("Not Found: /v1/sessions/conv_missing") == 1

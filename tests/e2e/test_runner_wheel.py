@@ -92,6 +92,7 @@ def test_installed_runner_runs_a_turn(
         [str(installed_runner), "--help"], capture_output=True, text=True, timeout=60
     )
     assert help_text.returncode == 0 and "--server-url" in help_text.stdout
+    assert help_text.stdout.startswith("usage: omnigent-runner "), help_text.stdout[:200]
 
     workspace = tmp_path / "wheel-workspace"
     workspace.mkdir()

@@ -122,6 +122,26 @@ def test_local_single_user_mode_keeps_plain_http(tmp_path: Path) -> None:
     assert values["SECURE_HSTS_SECONDS"] == 0
 
 
+def test_the_default_hosts_are_loopback_only(tmp_path: Path) -> None:
+    """No test host in what a deployment answers to: Django's test set-up adds the test
+    client's ``testserver`` for the tests (pytest-django runs it)."""
+    env = production_env(tmp_path)
+    del env["DJANGO_ALLOWED_HOSTS"]
+    code = (
+        "import django, json; django.setup(); from django.conf import settings; "
+        "print(json.dumps(settings.ALLOWED_HOSTS))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == ["127.0.0.1", "localhost", "[::1]"]
+
+
+def test_the_tests_answer_to_the_test_client_host(settings: Any) -> None:
+    assert "testserver" in settings.ALLOWED_HOSTS
+
+
 def test_debug_on_keeps_plain_http(tmp_path: Path) -> None:
     values = effective(tmp_path, DJANGO_DEBUG="1")
     assert values["SECURE_SSL_REDIRECT"] is False and values["SECURE_HSTS_SECONDS"] == 0

@@ -14,6 +14,7 @@ import functools
 import gc
 import hashlib
 import inspect
+import logging
 import textwrap
 import threading
 import types
@@ -558,6 +559,47 @@ def test_twisted_access_log_line_is_skipped_only_where_daphne_discards_it() -> N
     # Installing twice does not stack subclasses.
     assert server.skip_discarded_twisted_access_log()
     assert daphne_server.HTTPFactory is factory_class
+
+
+def test_answered_health_checks_leave_the_access_log_above_debug(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A load balancer's (or runlocal's) ``/health`` every few seconds is not news; a
+    failing check, and every other request, still is. At DEBUG all of them show."""
+    assert server.hide_health_checks_from_access_log()
+    factory_class = daphne_server.HTTPFactory
+    lines: list[str] = []
+    daphne = types.SimpleNamespace(
+        verbosity=1, action_logger=lambda protocol, action, details: lines.append(details["path"])
+    )
+    factory_class(daphne)
+    assert server.RunningServer.server is daphne
+    assert isinstance(daphne.action_logger, server.HealthChecksAtDebug)
+    factory_class(daphne)  # a second factory does not wrap the logger twice
+    assert not isinstance(daphne.action_logger.inner, server.HealthChecksAtDebug)
+
+    def complete(path: str, status: int) -> None:
+        daphne.action_logger("http", "complete", {"path": path, "status": status})
+
+    caplog.set_level(logging.INFO, logger=server.log.name)
+    complete("/health", 200)
+    complete("/health", 503)
+    complete("/v1/sessions", 200)
+    assert lines == ["/health", "/v1/sessions"]
+    caplog.set_level(logging.DEBUG, logger=server.log.name)
+    complete("/health", 200)
+    assert lines[-1] == "/health" and len(lines) == 3
+    # Installing twice does not stack subclasses.
+    assert server.hide_health_checks_from_access_log()
+    assert daphne_server.HTTPFactory is factory_class
+
+
+def test_the_start_up_line_names_each_listening_address() -> None:
+    tcp = types.SimpleNamespace(listening_addresses=[("127.0.0.1", 8000), ("::1", 8001)])
+    assert server.listening_urls(tcp) == ["http://127.0.0.1:8000/", "http://[::1]:8001/"]
+    unix = types.SimpleNamespace(listening_addresses=[], endpoints=["unix:/run/omnigent.sock"])
+    assert server.listening_urls(unix) == ["unix:/run/omnigent.sock"]
+    assert server.listening_urls(None) == []
 
 
 def test_guard_daphne_builds_its_http_factory_from_the_global_and_drops_twisted_log() -> None:

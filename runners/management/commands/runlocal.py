@@ -26,8 +26,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from omnigent_runner.identity import derive_runner_id, new_binding_token
+from omnigent_site.runtime.server import WHERE_TO_GO
 from omnigent_site.users import get_or_create_user
 
+# The mock LLM's port unless --mock-port says otherwise: fixed, so a runner started by
+# hand against it (OPENAI_BASE_URL=http://127.0.0.1:8765/v1) keeps working across restarts.
+DEFAULT_MOCK_PORT = 8765
 HEALTH_DEADLINE_S = 30.0
 MOCK_LLM_DEADLINE_S = 30.0
 STOP_DEADLINE_S = 10.0
@@ -101,10 +105,19 @@ def _set_foreground(tty: int, group: int) -> None:
         signal.signal(signal.SIGTTOU, handler)
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+def _check_port_free(host: str, port: int) -> None:
+    """Fail with what to do if ``port`` is taken (as the mock LLM would bind it: with
+    ``SO_REUSEADDR``, so a port its previous run just left is free)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host.strip("[]"), port))
+        except OSError as exc:
+            raise CommandError(
+                f"the mock LLM's port {port} on {host} is taken ({exc.strerror}): another "
+                "make run LLM=mock? Choose another with --mock-port (make run LLM=mock "
+                "MOCK_PORT=…), or 0 for any free port"
+            ) from None
 
 
 def start_child(
@@ -149,11 +162,13 @@ class MockLLM:
     """The bundled mock LLM as a child process (``--llm mock``), scripted for the README
     walkthrough; each answer it gives is printed as one line."""
 
-    def __init__(self, host: str, *, env: dict[str, str], quiet: threading.Event) -> None:
+    def __init__(
+        self, host: str, port: int, *, env: dict[str, str], quiet: threading.Event
+    ) -> None:
         self.base_url = ""
         self._ready = threading.Event()
         argv = [sys.executable, "-m", "testing.mockllm", "--host", host]
-        argv += ["--port", str(_free_port(host)), "--walkthrough", "--announce"]
+        argv += ["--port", str(port), "--walkthrough", "--announce"]
         self.process = start_child(argv, env=env, quiet=quiet, on_line=self._url_line)
 
     def _url_line(self, line: str) -> bool:
@@ -167,7 +182,7 @@ class MockLLM:
         deadline = time.monotonic() + MOCK_LLM_DEADLINE_S
         while not self._ready.wait(0.2):
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise CommandError("the mock LLM did not start")
+                raise CommandError("the mock LLM did not start (its output is above)")
         return self.base_url
 
 
@@ -189,6 +204,15 @@ class Command(BaseCommand):
                 "README walkthrough"
             ),
         )
+        parser.add_argument(
+            "--mock-port",
+            type=int,
+            default=DEFAULT_MOCK_PORT,
+            help=(
+                f"port of the mock LLM with --llm mock (default {DEFAULT_MOCK_PORT}, the same "
+                "at every start; 0: any free port)"
+            ),
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         with terminal_job():
@@ -202,6 +226,11 @@ class Command(BaseCommand):
                 f"runlocal serves loopback only (got --host {host}); "
                 "see docs/deployment.md to serve other machines"
             )
+        mock_port = options["mock_port"]
+        if not 0 <= mock_port <= 65535:
+            raise CommandError(f"--mock-port must be 0 to 65535 (got {mock_port})")
+        if options["llm"] == "mock" and not options["no_runner"] and mock_port:
+            _check_port_free(host, mock_port)  # before anything starts
         workspace = Path(options["workspace"]).resolve()
         workspace.mkdir(parents=True, exist_ok=True)
         base_url = f"http://{host}:{port}"
@@ -221,6 +250,8 @@ class Command(BaseCommand):
                 [sys.executable, "-m", "omnigent_site.serve", "--host", host, "--port", str(port)],
                 env=env,
                 quiet=stop_requested,
+                # This command says where to go itself, once everything is up.
+                on_line=lambda line: f"omnigent_site.runtime.server: {WHERE_TO_GO}" in line,
             )
             children.append(("server", server))
             self._wait_healthy(base_url, server, stop_requested)
@@ -233,7 +264,7 @@ class Command(BaseCommand):
                     "OMNIGENT_RUNNER_PARENT_PID": str(os.getpid()),
                 }
                 if options["llm"] == "mock":
-                    mock = MockLLM(host, env=env, quiet=stop_requested)
+                    mock = MockLLM(host, mock_port, env=env, quiet=stop_requested)
                     children.append(("mock LLM", mock.process))
                     runner_env["OPENAI_BASE_URL"] = mock.wait_ready()
                     runner_env["OPENAI_API_KEY"] = "mock"
