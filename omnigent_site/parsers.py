@@ -5,8 +5,8 @@
   ``"\\ud800"`` becomes a string that cannot be stored or echoed. This one refuses both,
   text that is not UTF-8, and anything else that is not JSON, as 400 ``invalid_input``
   before a view sees the data.
-* Multipart and form bodies: Django decodes their text fields with
-  ``errors="replace"``, so bytes that are not UTF-8 became ``U+FFFD`` in a stored title.
+* Multipart bodies (the uploads; every other body is JSON): Django decodes their text
+  fields with ``errors="replace"``, so bytes that are not UTF-8 became ``U+FFFD`` in a stored title.
   These decode UTF-8 strictly (``omnigent_site.utf8_input``) and answer 400 instead.
 """
 
@@ -16,13 +16,11 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from django.conf import settings
-from django.http import QueryDict
 from rest_framework import parsers
 from rest_framework.exceptions import ParseError
-from rest_framework.parsers import get_encoding  # type: ignore[attr-defined]
 
 from .json_input import JsonTextError, loads_json
-from .utf8_input import STRICT_UTF8, not_utf8_message, percent_encoded_problem, strict_encoding
+from .utf8_input import not_utf8_message, strict_encoding
 
 
 class JSONParser(parsers.JSONParser):
@@ -57,19 +55,3 @@ class MultiPartParser(parsers.MultiPartParser):
             return super().parse(stream, media_type, strict_context(parser_context))
         except UnicodeDecodeError as exc:
             raise ParseError(not_utf8_message("a multipart field", exc)) from None
-
-
-class FormParser(parsers.FormParser):
-    def parse(
-        self,
-        stream: IO[bytes] | None,
-        media_type: str | None = None,
-        parser_context: Mapping[str, Any] | None = None,
-    ) -> Any:
-        encoding = get_encoding(parser_context or {})
-        raw = stream.read() if stream is not None else b""
-        if strict_encoding(encoding) == STRICT_UTF8:
-            problem = percent_encoded_problem(raw, "the form body")
-            if problem:
-                raise ParseError(problem)
-        return QueryDict(raw, encoding=encoding)
