@@ -291,8 +291,8 @@ def session_responses(*, session: Session) -> QuerySet[Turn]:
 @functools.cache
 def _response_items_sql() -> str:
     return (
-        f"SELECT * FROM {quoted(Item)} WHERE {quoted(Item, 'response')} = %s "
-        f"ORDER BY {quoted(Item, 'seq')}"
+        f"SELECT * FROM {quoted(Item)} WHERE {quoted(Item, 'session')} = %s "
+        f"AND {quoted(Item, 'response_id')} = %s ORDER BY {quoted(Item, 'seq')}"
     )
 
 
@@ -303,7 +303,7 @@ def response_output(*, response: Turn) -> list[dict]:
     ``snapshot_items``."""
     # Filtered here, not in SQL: ``exclude(data__role="user")`` would also drop every
     # item without a ``role`` key (NULL never compares unequal).
-    items = rows(Item, _response_items_sql(), [response.pk])
+    items = rows(Item, _response_items_sql(), [response.session_id, response.id])
     return [item.flat() for item in items if item.data.get("role") != "user"]
 
 
