@@ -284,6 +284,9 @@ OMNIGENT_HEARTBEAT_S = env_float("OMNIGENT_HEARTBEAT_S", 20.0)
 OMNIGENT_HELLO_TIMEOUT_S = env_float("OMNIGENT_HELLO_TIMEOUT_S", 10.0)
 OMNIGENT_RECONNECT_GRACE_S = env_float("OMNIGENT_RECONNECT_GRACE_S", 15.0)
 OMNIGENT_RELAY_TIMEOUT_S = env_float("OMNIGENT_RELAY_TIMEOUT_S", 10.0)
+# How often a server process renews its liveness mark (runners/liveness.py); a process
+# silent for 3 of these is taken for dead and its tunnels read offline.
+OMNIGENT_PROCESS_BEAT_S = max(0.1, env_float("OMNIGENT_PROCESS_BEAT_S", 5.0))
 # The largest WebSocket message (and frame) a runner may send: daphne's 1 MiB default
 # becomes this (omnigent_site/runtime/server.py); 0 means no limit.
 OMNIGENT_MAX_FRAME_BYTES = max(0, env_int("OMNIGENT_MAX_FRAME_BYTES", 16 * 1024 * 1024))

@@ -281,6 +281,36 @@ def start_server(
     return Server(url=url, process=process, env=env)
 
 
+def restart_on_same_port(
+    server: Server, log_dir: Path, name: str, *, sig: int = signal.SIGTERM
+) -> Server:
+    """Stop daphne (with ``sig``: SIGKILL for a crash) and start a new one on the same
+    port and database, so runners find it at the URL they dial."""
+    if sig == signal.SIGKILL:
+        server.process.kill()
+    else:
+        server.process.stop(sig=sig)
+    port = server.url.rsplit(":", 1)[1]
+    process = spawn(
+        name,
+        [sys.executable, "-m", "omnigent_site.serve", "--host", "127.0.0.1", "--port", port],
+        env=server.env,
+        log_dir=log_dir,
+    )
+    restarted = Server(url=server.url, process=process, env=server.env)
+
+    def healthy() -> bool:
+        if process.popen.poll() is not None:
+            raise RuntimeError(f"{name} exited: {process.log()[-2000:]}")
+        try:
+            return httpx.get(f"{server.url}/health", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(healthy, deadline_s=START_DEADLINE_S, what=f"{name} to answer /health")
+    return restarted
+
+
 @dataclass
 class Runner:
     runner_id: str
