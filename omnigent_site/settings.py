@@ -322,6 +322,10 @@ OMNIGENT_REQUEST_THREADS_RUNNING = max(
 # Session stream (http-api.md, Stream).
 OMNIGENT_STREAM_HEARTBEAT_S = env_float("OMNIGENT_STREAM_HEARTBEAT_S", 15.0)
 OMNIGENT_EVENT_RETENTION = env_int("OMNIGENT_EVENT_RETENTION", 1000)
+# The session-list stream's log (sessions/updates.py): each user's last this many list
+# events, and all of the last this many seconds, whichever keeps more.
+OMNIGENT_LIST_EVENT_RETENTION = max(1, env_int("OMNIGENT_LIST_EVENT_RETENTION", 1000))
+OMNIGENT_LIST_EVENT_RETENTION_S = max(0.0, env_float("OMNIGENT_LIST_EVENT_RETENTION_S", 600.0))
 OMNIGENT_STREAM_MAX_LAG = env_int("OMNIGENT_STREAM_MAX_LAG", 500)
 # Rendered session snapshots kept per process for pollers (sessions/snapshot_cache.py);
 # 0 keeps none.

@@ -165,11 +165,12 @@ def mark_seen(*, runner_id: str, generation: int) -> None:
 
 def mark_disconnected(*, runner_id: str, generation: int) -> bool:
     """Clear the live tunnel if it is still this connection's; False when superseded."""
-    updated = Runner.objects.filter(pk=runner_id, generation=generation).update(
-        channel_name="", disconnected_at=timezone.now()
-    )
-    if updated:
-        updates.announce_runner_sessions(runner_id=runner_id)
+    with transaction.atomic():
+        updated = Runner.objects.filter(pk=runner_id, generation=generation).update(
+            channel_name="", disconnected_at=timezone.now()
+        )
+        if updated:
+            updates.announce_runner_sessions(runner_id=runner_id)
     return bool(updated)
 
 
@@ -352,8 +353,9 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
     """Bind (or with ``""`` unbind) the session's runner; last write wins."""
     previous = session.runner
     if runner_id == "":
-        Session.objects.filter(pk=session.pk).update(runner=None, updated_at=timezone.now())
-        updates.announce_session(session_id=session.id)
+        with transaction.atomic():
+            Session.objects.filter(pk=session.pk).update(runner=None, updated_at=timezone.now())
+            updates.announce_session(session_id=session.id)
         if previous is not None and previous.channel_name:
             close_session_on_runner(session=session)
         session.refresh_from_db()
@@ -363,10 +365,11 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
         raise InvalidInput(f"runner '{runner_id}' is not registered", field="runner_id")
     if runner.owner_id != actor.pk and not is_admin(actor):
         raise Forbidden("the runner belongs to another user")
-    Session.objects.filter(pk=session.pk).update(
-        runner=runner, runner_generation_opened=0, updated_at=timezone.now()
-    )
-    updates.announce_session(session_id=session.id)
+    with transaction.atomic():
+        Session.objects.filter(pk=session.pk).update(
+            runner=runner, runner_generation_opened=0, updated_at=timezone.now()
+        )
+        updates.announce_session(session_id=session.id)
     if previous is not None and previous.pk != runner.pk and previous.channel_name:
         close_session_on_runner(session=session, runner=previous)
     session.refresh_from_db()

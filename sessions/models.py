@@ -247,6 +247,52 @@ class SessionEvent(models.Model):
         return f"{self.session_id}#{self.seq} {self.type}"
 
 
+class ListCursor(models.Model):
+    """The number of one user's newest session-list event (``ListEvent.seq``).
+
+    Each list event takes the next number by updating this row in the transaction of
+    the write it reports, so a user's events are numbered in the order they commit:
+    a list that resumes after ``n`` misses nothing numbered later (``sessions/updates.py``).
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.CASCADE, related_name="+"
+    )
+    last_seq = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.last_seq}"
+
+
+class ListEvent(models.Model):
+    """One change of one user's session list, kept so a ``GET /v1/sessions/updates`` that
+    reconnects gets what it missed: which session, and whether it was added, changed
+    or removed (the row itself is read when the event is sent)."""
+
+    class Kind(models.TextChoices):
+        ADDED = "added"
+        UPDATED = "updated"
+        REMOVED = "removed"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    seq = models.BigIntegerField()
+    # Not a foreign key: the event that a session was removed outlives the session.
+    session_id = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["user", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "seq"], name="unique_list_event_seq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}#{self.seq} {self.kind} {self.session_id}"
+
+
 class Approval(models.Model):
     """A question to a person about one tool call, and its verdict (approvals.md).
 

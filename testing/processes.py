@@ -497,13 +497,16 @@ class StreamEvent:
 
 
 class StreamReader:
-    """Reads a session stream in a thread until ``until(event)`` is true or the stream ends."""
+    """Reads a session stream (or, with ``path``, another stream such as
+    ``/v1/sessions/updates``) in a thread until ``until(event)`` is true or the stream
+    ends."""
 
     def __init__(
         self,
         server: Server,
-        session_id: str,
+        session_id: str = "",
         *,
+        path: str | None = None,
         user: str | None = "alice@example.com",
         last_event_id: int | None = None,
         until: Callable[[StreamEvent], bool] = lambda event: False,
@@ -524,7 +527,9 @@ class StreamReader:
             headers["Last-Event-ID"] = str(last_event_id)
         self._client = server.client(user)
         self._thread = threading.Thread(
-            target=self._run, args=(f"/v1/sessions/{session_id}/stream", headers), daemon=True
+            target=self._run,
+            args=(path or f"/v1/sessions/{session_id}/stream", headers),
+            daemon=True,
         )
         self._thread.start()
 
