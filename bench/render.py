@@ -205,7 +205,7 @@ def seed() -> dict[str, Any]:
     for i in range(18):
         services.create_session(user=user, agent=agents[i + 1], labels={"n": str(i)})
     turn = Turn.objects.create(session_id=sessions[10], status="completed")
-    Item.objects.filter(session_id=sessions[10], data__role="assistant").update(response=turn)
+    Item.objects.filter(session_id=sessions[10], data__role="assistant").update(response_id=turn.id)
     loaded = {
         count: selectors.session_for(session_id=sid, user=user, level=1)
         for count, sid in sessions.items()

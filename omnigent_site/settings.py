@@ -289,6 +289,9 @@ OMNIGENT_HEARTBEAT_S = env_float("OMNIGENT_HEARTBEAT_S", 20.0)
 OMNIGENT_HELLO_TIMEOUT_S = env_float("OMNIGENT_HELLO_TIMEOUT_S", 10.0)
 OMNIGENT_RECONNECT_GRACE_S = env_float("OMNIGENT_RECONNECT_GRACE_S", 15.0)
 OMNIGENT_RELAY_TIMEOUT_S = env_float("OMNIGENT_RELAY_TIMEOUT_S", 10.0)
+# How often a server process renews its liveness mark (runners/liveness.py); a process
+# silent for 3 of these is taken for dead and its tunnels read offline.
+OMNIGENT_PROCESS_BEAT_S = max(0.1, env_float("OMNIGENT_PROCESS_BEAT_S", 5.0))
 # The largest WebSocket message (and frame) a runner may send: daphne's 1 MiB default
 # becomes this (omnigent_site/runtime/server.py); 0 means no limit.
 OMNIGENT_MAX_FRAME_BYTES = max(0, env_int("OMNIGENT_MAX_FRAME_BYTES", 16 * 1024 * 1024))
@@ -324,6 +327,10 @@ OMNIGENT_REQUEST_THREADS_RUNNING = max(
 # Session stream (http-api.md, Stream).
 OMNIGENT_STREAM_HEARTBEAT_S = env_float("OMNIGENT_STREAM_HEARTBEAT_S", 15.0)
 OMNIGENT_EVENT_RETENTION = env_int("OMNIGENT_EVENT_RETENTION", 1000)
+# The session-list stream's log (sessions/updates.py): each user's last this many list
+# events, and all of the last this many seconds, whichever keeps more.
+OMNIGENT_LIST_EVENT_RETENTION = max(1, env_int("OMNIGENT_LIST_EVENT_RETENTION", 1000))
+OMNIGENT_LIST_EVENT_RETENTION_S = max(0.0, env_float("OMNIGENT_LIST_EVENT_RETENTION_S", 600.0))
 OMNIGENT_STREAM_MAX_LAG = env_int("OMNIGENT_STREAM_MAX_LAG", 500)
 # Rendered session snapshots kept per process for pollers (sessions/snapshot_cache.py);
 # 0 keeps none.

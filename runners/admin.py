@@ -93,7 +93,7 @@ class ApprovalAdmin(admin.ModelAdmin):
     readonly_fields = [
         "id",
         "session",
-        "turn",
+        "response_id",
         "call_id",
         "tool",
         "arguments",

@@ -1,6 +1,6 @@
 from django.apps import AppConfig
 
-from omnigent_site.runtime import on_serve
+from omnigent_site.runtime import on_serve, on_start, on_stop
 
 
 class RunnersConfig(AppConfig):
@@ -12,9 +12,16 @@ class RunnersConfig(AppConfig):
         # Every server process sweeps stale runners, whether or not it holds a tunnel
         # (runners/upkeep.py). The server runtime starts the loop once the reactor
         # runs, however daphne was started. Imported here: upkeep needs the models.
+        from . import liveness
         from .upkeep import sweep_stale_runners_forever
         from .verdicts import sweep_expired_approvals_forever
 
+        # A runner is online only while a tunnel is connected (runners/liveness.py):
+        # a process marks the tunnels of dead processes offline before it serves,
+        # its own as it stops, and looks for dead ones every beat.
+        on_start(liveness.start)
+        on_stop(liveness.stop)
+        on_serve(liveness.beat_forever)
         on_serve(sweep_stale_runners_forever)
         # Questions past their deadline are expired by the server (approvals.md).
         on_serve(sweep_expired_approvals_forever)

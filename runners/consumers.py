@@ -53,9 +53,10 @@ from omnigent_runner.protocol import (
     frame_type,
     with_id,
 )
+from omnigent_site.runtime.shutdown import stopping
 from sessions import approvals
 
-from . import runner_events, services
+from . import liveness, runner_events, services
 from .relay import notify
 from .tunnel_errors import (
     CLOSE_BAD_HELLO,
@@ -112,6 +113,10 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         self.tasks: list[asyncio.Task[None]] = []
         self.event_backlog: deque[runner_events.ReceivedEvent] = deque()
         self.event_writer: asyncio.Task[None] | None = None
+        if stopping().is_set():
+            # A tunnel held by a process on its way out would read online after it.
+            await self.close()
+            return
         headers = dict(self.scope.get("headers") or [])
         client = self.scope.get("client") or (None, None)
         try:
@@ -161,8 +166,12 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             channel_name=self.channel_name,
             runner_version=frame.runner_version,
             workspace=frame.workspace,
+            process_id=liveness.PROCESS_ID,
         )
         self.generation = connection.generation
+        liveness.hold(
+            channel_name=self.channel_name, runner_id=self.runner_id, generation=self.generation
+        )
         if connection.replaced_channel:
             await notify(channel_name=connection.replaced_channel, message=TunnelReplaced())
         resumes = await database_sync_to_async(services.sessions_to_resume)(
@@ -434,6 +443,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 await notify(channel_name=reply_channel, message=closed)
         if not self.generation:
             return
+        liveness.let_go(channel_name=self.channel_name)
         current = await database_sync_to_async(services.mark_disconnected)(
             runner_id=self.runner_id, generation=self.generation
         )

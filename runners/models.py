@@ -19,6 +19,9 @@ class Runner(models.Model):
     # Set while a tunnel is connected: the consumer's channel and its connection generation.
     channel_name = models.CharField(max_length=256, blank=True, default="")
     generation = models.PositiveBigIntegerField(default=0)
+    # The server process holding the tunnel (``runners.liveness.PROCESS_ID``): when it
+    # stops or dies, its tunnels are marked offline.
+    tunnel_process = models.CharField(max_length=64, blank=True, default="", db_index=True)
     connected_at = models.DateTimeField(null=True, blank=True)
     disconnected_at = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
@@ -39,10 +42,11 @@ class Runner(models.Model):
 
     @property
     def online(self) -> bool:
-        """Connected and heard from recently.
+        """A tunnel is connected (to any server process) and was heard from recently.
 
-        ``last_seen_at`` bounds the answer, so a server process that died holding the
-        tunnel cannot leave a runner reading online forever.
+        ``channel_name`` is cleared when the tunnel closes, when its process stops, and
+        when its process is found dead (``runners.liveness``); ``last_seen_at`` bounds
+        the answer besides, so no row reads online forever.
         """
         if self.is_revoked or not self.channel_name or self.last_seen_at is None:
             return False

@@ -92,7 +92,11 @@ def turn_start_command(
     """``inputs``: the turn's user items when the caller has them (a turn just accepted
     has exactly its message); read from the database otherwise."""
     if inputs is None:
-        inputs = list(Item.objects.filter(response=response, data__role="user").order_by("seq"))
+        inputs = list(
+            Item.objects.filter(
+                session_id=response.session_id, response_id=response.id, data__role="user"
+            ).order_by("seq")
+        )
     return protocol.TurnStart(
         session_id=response.session_id,
         response_id=response.id,
@@ -206,7 +210,7 @@ def _store_message(
     item = Item(
         session=session,
         id=new_item_id(),
-        response=response,
+        response_id=response.id,
         type="message",
         status="completed",
         data=data,
@@ -230,7 +234,7 @@ def fail_turn(*, session_id: str, response_id: str, code: str, message: str) -> 
     error = {"code": code, "message": message}
     with transaction.atomic():
         session = Session.objects.select_for_update().select_related("agent").get(pk=session_id)
-        response = Turn.objects.filter(pk=response_id, session=session).first()
+        response = Turn.objects.filter(id=response_id, session=session).first()
         if response is not None:
             _finish_turn(
                 response, status=Turn.Status.FAILED, error=error, model=session.agent.model
@@ -356,6 +360,15 @@ def _locked_session_with_agent(session_id: str) -> Session | None:
     return first_row(Session, sql, [session_id], joined={"agent": Agent})
 
 
+@functools.cache
+def _session_turn_sql() -> str:
+    """The session's turn with the given id (response ids are unique per session)."""
+    return (
+        f"SELECT * FROM {quoted(Turn)} "
+        f"WHERE {quoted(Turn, 'session')} = %s AND {quoted(Turn, 'id')} = %s"
+    )
+
+
 class _Run:
     """One run of a session's runner events: the locked session, and each turn its
     events name, read once (a turn that ends in the same run as its last item is
@@ -369,10 +382,9 @@ class _Run:
         if not response_id:
             return None
         if response_id not in self._turns:
-            response = row_by(Turn, "id", response_id)
-            if response is not None and response.session_id != self.session.id:
-                response = None
-            self._turns[response_id] = response
+            self._turns[response_id] = first_row(
+                Turn, _session_turn_sql(), [self.session.id, response_id]
+            )
         return self._turns[response_id]
 
     @property
@@ -560,7 +572,7 @@ def _apply_item(run: _Run, event: protocol.OutputItemDone) -> None:
                 type=item_type,
                 status=status,
                 data=data,
-                response=response,
+                response_id=response.id if response else None,
             )
             insert_row(item)
         else:

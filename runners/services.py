@@ -119,15 +119,22 @@ class Connection:
 
 
 def mark_connected(
-    *, runner_id: str, channel_name: str, runner_version: str, workspace: dict[str, Any]
+    *,
+    runner_id: str,
+    channel_name: str,
+    runner_version: str,
+    workspace: dict[str, Any],
+    process_id: str = "",
 ) -> Connection:
-    """Record a new live tunnel; the newest connection wins."""
+    """Record a new live tunnel, held by server process ``process_id``; the newest
+    connection wins."""
     now = timezone.now()
     with transaction.atomic():
         runner = Runner.objects.select_for_update().get(pk=runner_id)
         replaced = runner.channel_name
         runner.generation = F("generation") + 1
         runner.channel_name = channel_name
+        runner.tunnel_process = process_id
         runner.connected_at = now
         runner.last_seen_at = now
         runner.disconnected_at = None
@@ -137,6 +144,7 @@ def mark_connected(
             update_fields=[
                 "generation",
                 "channel_name",
+                "tunnel_process",
                 "connected_at",
                 "last_seen_at",
                 "disconnected_at",
@@ -157,12 +165,56 @@ def mark_seen(*, runner_id: str, generation: int) -> None:
 
 def mark_disconnected(*, runner_id: str, generation: int) -> bool:
     """Clear the live tunnel if it is still this connection's; False when superseded."""
-    updated = Runner.objects.filter(pk=runner_id, generation=generation).update(
-        channel_name="", disconnected_at=timezone.now()
-    )
-    if updated:
-        updates.announce_runner_sessions(runner_id=runner_id)
+    with transaction.atomic():
+        updated = Runner.objects.filter(pk=runner_id, generation=generation).update(
+            channel_name="", disconnected_at=timezone.now()
+        )
+        if updated:
+            updates.announce_runner_sessions(runner_id=runner_id)
     return bool(updated)
+
+
+def tunnel_holders() -> list[str]:
+    """The server processes holding a connected tunnel (``liveness``)."""
+    return list(
+        Runner.objects.exclude(channel_name="")
+        .order_by()
+        .values_list("tunnel_process", flat=True)
+        .distinct()
+    )
+
+
+def release_tunnels(*, process_id: str) -> list[str]:
+    """Mark offline every tunnel server process ``process_id`` holds (it stopped or
+    died); returns the runner ids. Their busy sessions then wait out the reconnect
+    grace like after any drop (``fail_stale_runners``)."""
+    held = Runner.objects.filter(tunnel_process=process_id).exclude(channel_name="")
+    runner_ids = list(held.values_list("id", flat=True))
+    if not runner_ids:
+        return []
+    with transaction.atomic():
+        # A runner that reconnected meanwhile names another process: left alone.
+        held.filter(id__in=runner_ids).update(channel_name="", disconnected_at=timezone.now())
+        for runner_id in runner_ids:
+            updates.announce_runner_sessions(runner_id=runner_id)
+    return runner_ids
+
+
+def restore_tunnels(*, process_id: str, held: Sequence[tuple[str, str, int]]) -> None:
+    """Set the tunnels this process still holds (channel, runner id, generation) online
+    again where another process took them for dead; a newer connection is left alone."""
+    for channel_name, runner_id, generation in held:
+        with transaction.atomic():
+            restored = Runner.objects.filter(
+                pk=runner_id, generation=generation, channel_name=""
+            ).update(
+                channel_name=channel_name,
+                tunnel_process=process_id,
+                disconnected_at=None,
+                last_seen_at=timezone.now(),
+            )
+            if restored:
+                updates.announce_runner_sessions(runner_id=runner_id)
 
 
 def fail_sessions_after_grace(*, runner_id: str, generation: int) -> list[str]:
@@ -301,8 +353,9 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
     """Bind (or with ``""`` unbind) the session's runner; last write wins."""
     previous = session.runner
     if runner_id == "":
-        Session.objects.filter(pk=session.pk).update(runner=None, updated_at=timezone.now())
-        updates.announce_session(session_id=session.id)
+        with transaction.atomic():
+            Session.objects.filter(pk=session.pk).update(runner=None, updated_at=timezone.now())
+            updates.announce_session(session_id=session.id)
         if previous is not None and previous.channel_name:
             close_session_on_runner(session=session)
         session.refresh_from_db()
@@ -312,10 +365,11 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
         raise InvalidInput(f"runner '{runner_id}' is not registered", field="runner_id")
     if runner.owner_id != actor.pk and not is_admin(actor):
         raise Forbidden("the runner belongs to another user")
-    Session.objects.filter(pk=session.pk).update(
-        runner=runner, runner_generation_opened=0, updated_at=timezone.now()
-    )
-    updates.announce_session(session_id=session.id)
+    with transaction.atomic():
+        Session.objects.filter(pk=session.pk).update(
+            runner=runner, runner_generation_opened=0, updated_at=timezone.now()
+        )
+        updates.announce_session(session_id=session.id)
     if previous is not None and previous.pk != runner.pk and previous.channel_name:
         close_session_on_runner(session=session, runner=previous)
     session.refresh_from_db()

@@ -214,7 +214,7 @@ class ItemAdmin(TouchesSessionAdmin):
     list_display = ["id", "session", "type", "status", "created_at"]
     list_filter = ["type"]
     search_fields = ["id", "session__id"]
-    raw_id_fields = ["session", "response"]
+    raw_id_fields = ["session"]
 
 
 @admin.register(Permission)

@@ -99,7 +99,7 @@ def elicitation_request_event(approval: Approval) -> ElicitationRequestEvent:
         "type": "response.elicitation_request",
         "elicitation_id": approval.id,
         "session_id": approval.session_id,
-        "response_id": approval.turn_id,
+        "response_id": approval.response_id,
         "method": "elicitation/create",
         "params": {
             "mode": "form",
@@ -207,7 +207,7 @@ def elicitation_body(approval: Approval) -> ElicitationOut:
         "arguments": approval.arguments,
         "policy_name": approval.policy_name,
         "message": approval.message,
-        "response_id": approval.turn_id,
+        "response_id": approval.response_id,
         "call_id": approval.call_id,
         "created_at": int(approval.created_at.timestamp()),
         "expires_at": int(approval.expires_at.timestamp()),

@@ -86,7 +86,9 @@ def record_requested(*, session: Session, turn: Turn, event: protocol.ApprovalRe
     verdict, that verdict is marked unacknowledged, so the caller relays it again and
     a later ``session.open`` carries it until the runner acknowledges it.
     """
-    existing = Approval.objects.filter(turn=turn, call_id=event.call_id).first()
+    existing = Approval.objects.filter(
+        session=session, response_id=turn.id, call_id=event.call_id
+    ).first()
     if existing is not None:
         return Asked(_asked_again(existing), created=False)
     arguments = _storable(event.arguments)
@@ -97,7 +99,7 @@ def record_requested(*, session: Session, turn: Turn, event: protocol.ApprovalRe
         with transaction.atomic():
             approval = Approval.objects.create(
                 session=session,
-                turn=turn,
+                response_id=turn.id,
                 call_id=event.call_id,
                 tool=tool,
                 arguments=arguments,
@@ -108,7 +110,8 @@ def record_requested(*, session: Session, turn: Turn, event: protocol.ApprovalRe
             )
     except IntegrityError:
         # Another writer stored it first (the session lock makes this rare).
-        return Asked(_asked_again(Approval.objects.get(turn=turn, call_id=event.call_id)), False)
+        again = Approval.objects.get(session=session, response_id=turn.id, call_id=event.call_id)
+        return Asked(_asked_again(again), False)
     record_event(session_id=session.id, payload=dict(elicitation_request_event(approval)))
     updates.announce_session(session_id=session.id)  # its list row counts open questions
     return Asked(approval, created=True)
@@ -237,7 +240,7 @@ def cancel_pending(
     pending = [
         approval.pk
         for approval in selectors.pending_approvals(session_id=session_id)
-        if turn_ids is None or approval.turn_id in turn_ids
+        if turn_ids is None or approval.response_id in turn_ids
     ]
     cancelled = []
     now = timezone.now()
@@ -270,7 +273,11 @@ def unacked_verdicts(*, session_id: str) -> QuerySet[Approval]:
     """Verdicts the runner has not acknowledged, for calls of turns still open."""
     return (
         Approval.objects.filter(
-            session_id=session_id, runner_acked=False, turn__status__in=Turn.OPEN_STATUSES
+            session_id=session_id,
+            runner_acked=False,
+            response_id__in=Turn.objects.filter(
+                session_id=session_id, status__in=Turn.OPEN_STATUSES
+            ).values("id"),
         )
         .exclude(status=Approval.Status.PENDING)
         .select_related("resolved_by")
@@ -284,7 +291,7 @@ def verdict(approval: Approval) -> protocol.Verdict:
     user = approval.resolved_by
     return protocol.Verdict(
         elicitation_id=approval.id,
-        response_id=approval.turn_id,
+        response_id=approval.response_id,
         call_id=approval.call_id,
         action=action,  # type: ignore[arg-type]
         reason=approval.reason,

@@ -66,6 +66,7 @@ class _EventWriter:
         self.session = session
         self.events: list[SessionEvent] = []
         self.fields: set[str] = set()
+        self.at_end: dict[Hashable, Callable[[], None]] = {}
 
     def add(self, payload: dict[str, Any]) -> SessionEvent:
         self.session.last_event_seq += 1
@@ -81,12 +82,15 @@ class _EventWriter:
     def store(self) -> None:
         fields, self.fields = self.fields, set()
         events, self.events = self.events, []
+        at_end, self.at_end = self.at_end, {}
         if events:
             insert_rows(SessionEvent, events)
             fields.add("last_event_seq")
         if fields:
             # One UPDATE for the row: the numbering and whatever else the block changed.
             update_row(self.session, sorted(fields))
+        for action in at_end.values():
+            action()
         if not events:
             return
         first, newest = events[0].seq, events[-1].seq
@@ -112,6 +116,18 @@ def save_session_fields(session: Session, fields: Iterable[str]) -> None:
         writer.fields.update(names)
         return
     update_row(session, names)
+
+
+def at_block_end(*, session_id: str, key: Hashable, action: Callable[[], None]) -> bool:
+    """Inside a ``writing_events`` block for the session: run ``action`` once per ``key``
+    when the block stores its events (same transaction), and return True. False
+    outside one: the caller acts now. A list row announced by several events of a
+    runner batch is stored once (``updates.announce_session``)."""
+    writer: _EventWriter | None = getattr(_writing, "writer", None)
+    if writer is None or writer.session_id != session_id:
+        return False
+    writer.at_end.setdefault(key, action)
+    return True
 
 
 _writing = threading.local()
@@ -203,14 +219,17 @@ def collecting_publications() -> Iterator[list[Publication]]:
             send_all(collected)
 
 
-def publish_later(key: Hashable, produce: Callable[[], list[Publication]]) -> None:
+def publish_later(
+    key: Hashable, produce: Callable[[], list[Publication]]
+) -> Callable[[], list[Publication]] | None:
     """Run ``produce`` and send what it returns: at the end of the enclosing
-    ``publishing_together`` block (once per ``key``), or now outside one."""
+    ``publishing_together`` block (once per ``key``; returns the producer kept for the
+    key, which may be an earlier one), or now outside one (returns None)."""
     held: _Held | None = getattr(_held, "block", None)
     if held is not None:
-        held.later.setdefault(key, produce)
-        return
+        return held.later.setdefault(key, produce)
     send_all(produce())
+    return None
 
 
 def _publish_or_hold(events: list[SessionEvent]) -> None:

@@ -6,11 +6,11 @@ cannot land half-way through the copy):
 - the caller owns the fork; no grant of the source is copied; no runner is bound;
   status ``idle``; title ``Fork of <source title or id>`` unless given;
 - labels are copied, plus ``omnigent.fork.source_id``;
-- turns are copied with **new ids** (a response id is unique across the server) and
-  their original status, error, tools and times; each copied item's ``response_id``
-  points at the copy of its turn, so ``…/responses`` of the fork answers for them;
+- turns are copied with **their ids** (a response id is unique per session, see
+  ``Turn``) and their original status, error, tools and times, so ``…/responses`` of
+  the fork answers for the ids a client read from the source;
 - items are copied in order with new ids and their original ``created_at``,
-  ``created_by`` and type fields. A turn still queued or running is not copied, nor
+  ``created_by``, ``response_id`` and type fields. A turn still queued or running is not copied, nor
   are its items. ``up_to_response_id`` stops after the last item of that turn;
 - session files are copied by reference (new rows on the same stored bytes), and the
   file blocks of copied messages point at the fork's copies;
@@ -117,26 +117,27 @@ def fork_session(
             created_by=user,
         )
         Permission.objects.create(session=fork, user=user, level=Permission.Level.OWNER)
-        turn_copies = {
-            turn.id: Turn(
+        turn_copies = [
+            Turn(
                 session=fork,
+                id=turn.id,
                 status=turn.status,
                 error=turn.error,
                 tools=turn.tools,
                 completed_at=turn.completed_at,
             )
             for turn in kept_turns
-        }
-        Turn.objects.bulk_create(list(turn_copies.values()))
-        for turn in kept_turns:
-            turn_copies[turn.id].created_at = turn.created_at
-        Turn.objects.bulk_update(list(turn_copies.values()), ["created_at"])
+        ]
+        Turn.objects.bulk_create(turn_copies)
+        for turn_copy, turn in zip(turn_copies, kept_turns, strict=True):
+            turn_copy.created_at = turn.created_at
+        Turn.objects.bulk_update(turn_copies, ["created_at"])
         file_ids = files.copy_files(source=locked, target=fork, user=user)
         item_copies = [
             Item(
                 session=fork,
                 id=new_item_id(),
-                response=turn_copies[item.response_id] if item.response_id else None,
+                response_id=item.response_id,
                 type=item.type,
                 status=item.status,
                 data=files.remap_file_ids(item.data, file_ids),
@@ -145,8 +146,8 @@ def fork_session(
             for item in items
         ]
         Item.objects.bulk_create(item_copies)
-        for copy, item in zip(item_copies, items, strict=True):
-            copy.created_at = item.created_at
+        for item_copy, item in zip(item_copies, items, strict=True):
+            item_copy.created_at = item.created_at
         Item.objects.bulk_update(item_copies, ["created_at"])
         updates.announce_session(session_id=fork.id, kind=updates.ADDED)
     fork.refresh_from_db()

@@ -113,7 +113,12 @@ class Session(models.Model):
 
 
 class Turn(models.Model):
-    """One turn: the runner's answer to one user message."""
+    """One turn: the runner's answer to one user message.
+
+    Its ``id`` (the response id) is unique within its session, not across sessions: a
+    fork copies its source's turns under the same ids (files.md, Fork), so items and
+    clients keep naming them as in the source. ``seq`` is the row's own key.
+    """
 
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -124,7 +129,8 @@ class Turn(models.Model):
 
     OPEN_STATUSES = (Status.QUEUED, Status.IN_PROGRESS)
 
-    id = models.CharField(primary_key=True, max_length=64, default=new_response_id, editable=False)
+    seq = models.BigAutoField(primary_key=True)
+    id = models.CharField(max_length=64, default=new_response_id, editable=False)
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="turns")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     error = models.JSONField(null=True, blank=True)
@@ -135,6 +141,9 @@ class Turn(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "id"], name="unique_turn_per_session")
+        ]
         indexes = [
             models.Index(fields=["session", "created_at"], name="turn_session_created"),
             models.Index(fields=["session", "status"], name="turn_session_status"),
@@ -154,9 +163,8 @@ class Item(models.Model):
     seq = models.BigAutoField(primary_key=True)
     id = models.CharField(max_length=128, editable=False)
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="items")
-    response = models.ForeignKey(
-        Turn, null=True, blank=True, on_delete=models.SET_NULL, related_name="items"
-    )
+    # The id of the session's turn this item belongs to (``Turn.id``, unique per session).
+    response_id = models.CharField(max_length=64, null=True, blank=True, db_index=True)
     type = models.CharField(max_length=64)
     status = models.CharField(max_length=32, default="completed")
     data = models.JSONField(default=dict)
@@ -239,6 +247,52 @@ class SessionEvent(models.Model):
         return f"{self.session_id}#{self.seq} {self.type}"
 
 
+class ListCursor(models.Model):
+    """The number of one user's newest session-list event (``ListEvent.seq``).
+
+    Each list event takes the next number by updating this row in the transaction of
+    the write it reports, so a user's events are numbered in the order they commit:
+    a list that resumes after ``n`` misses nothing numbered later (``sessions/updates.py``).
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, primary_key=True, on_delete=models.CASCADE, related_name="+"
+    )
+    last_seq = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.last_seq}"
+
+
+class ListEvent(models.Model):
+    """One change of one user's session list, kept so a ``GET /v1/sessions/updates`` that
+    reconnects gets what it missed: which session, and whether it was added, changed
+    or removed (the row itself is read when the event is sent)."""
+
+    class Kind(models.TextChoices):
+        ADDED = "added"
+        UPDATED = "updated"
+        REMOVED = "removed"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", db_index=False
+    )
+    seq = models.BigIntegerField()
+    # Not a foreign key: the event that a session was removed outlives the session.
+    session_id = models.CharField(max_length=64)
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["user", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "seq"], name="unique_list_event_seq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user_id}#{self.seq} {self.kind} {self.session_id}"
+
+
 class Approval(models.Model):
     """A question to a person about one tool call, and its verdict (approvals.md).
 
@@ -258,7 +312,8 @@ class Approval(models.Model):
         primary_key=True, max_length=64, default=new_elicitation_id, editable=False
     )
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="approvals")
-    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="approvals")
+    # The session's turn that asked (``Turn.id``, unique per session).
+    response_id = models.CharField(max_length=64)
     call_id = models.CharField(max_length=256)
     tool = models.CharField(max_length=256)
     arguments = models.JSONField(default=dict)
@@ -286,7 +341,9 @@ class Approval(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         constraints = [
-            models.UniqueConstraint(fields=["turn", "call_id"], name="unique_approval_per_call")
+            models.UniqueConstraint(
+                fields=["session", "response_id", "call_id"], name="unique_approval_per_call"
+            )
         ]
         indexes = [
             models.Index(fields=["session", "status", "created_at"], name="approval_session"),
@@ -295,10 +352,6 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} {self.tool} ({self.status})"
-
-    @property
-    def response_id(self) -> str:
-        return self.turn_id
 
     @property
     def action(self) -> str | None:

@@ -18,6 +18,8 @@ from omnigent_site.users import is_admin
 from .models import Agent, Approval, Item, Permission, Session, Turn
 
 LEVEL_NAMES = {1: "read", 2: "edit", 3: "manage", 4: "owner"}
+# Sessions per statement of ``user_session_list_rows`` (fixed sizes: cached SQL).
+LIST_ROWS_BATCH = 100
 
 User = AuthUser | AnonymousUser
 
@@ -102,12 +104,18 @@ def session_for(
 
 
 @functools.cache
-def _session_list_rows_sql(*, one_user: bool, of_runner: bool = False) -> str:
+def _session_list_rows_sql(*, one_user: bool, of_runner: bool = False, ids: int = 1) -> str:
     """One session row per direct grant (of one user's only): the grantee and level, how
     many of the session's questions are open, its runner and agent. The session is the
-    one whose id is given, or (``of_runner``) every session bound to the runner given."""
+    one whose id is given (or each of ``ids`` given), or (``of_runner``) every session
+    bound to the runner given."""
     session_id, approval_session = quoted(Session, "id"), quoted(Approval, "session")
-    where = f"s.{quoted(Session, 'runner')} = %s" if of_runner else f"s.{session_id} = %s"
+    if of_runner:
+        where = f"s.{quoted(Session, 'runner')} = %s"
+    elif ids == 1:
+        where = f"s.{session_id} = %s"
+    else:
+        where = f"s.{session_id} IN ({', '.join(['%s'] * ids)})"
     columns, joins = _relations_sql(agent=True)
     sql = (
         f"SELECT s.*, (SELECT COUNT(*) FROM {quoted(Approval)} a2 "
@@ -144,6 +152,24 @@ def session_list_rows(
         joined=_relations(agent=True),
     )
     return _with_grantees(found)
+
+
+def user_session_list_rows(
+    *, user_pk: int, session_ids: list[str]
+) -> dict[str, tuple[int, Session]]:
+    """``session_list_rows`` of these sessions for one user, by session id: (level, row)
+    of each the user holds a grant on. A resumed session list renders what it missed
+    with it (``updates.py``), one statement per batch of sessions."""
+    found: dict[str, tuple[int, Session]] = {}
+    for start in range(0, len(session_ids), LIST_ROWS_BATCH):
+        batch = session_ids[start : start + LIST_ROWS_BATCH]
+        params: list[str | int] = [Approval.Status.PENDING, *batch, user_pk]
+        sql = _session_list_rows_sql(one_user=True, ids=len(batch))
+        for _user, level, row in _with_grantees(
+            rows(Session, sql, params, joined=_relations(agent=True))
+        ):
+            found[row.id] = (level, row)
+    return found
 
 
 def runner_session_list_rows(*, runner_id: str) -> list[tuple[int, int, Session]]:
@@ -292,8 +318,8 @@ def session_responses(*, session: Session) -> QuerySet[Turn]:
 @functools.cache
 def _response_items_sql() -> str:
     return (
-        f"SELECT * FROM {quoted(Item)} WHERE {quoted(Item, 'response')} = %s "
-        f"ORDER BY {quoted(Item, 'seq')}"
+        f"SELECT * FROM {quoted(Item)} WHERE {quoted(Item, 'session')} = %s "
+        f"AND {quoted(Item, 'response_id')} = %s ORDER BY {quoted(Item, 'seq')}"
     )
 
 
@@ -304,7 +330,7 @@ def response_output(*, response: Turn) -> list[dict]:
     ``snapshot_items``."""
     # Filtered here, not in SQL: ``exclude(data__role="user")`` would also drop every
     # item without a ``role`` key (NULL never compares unequal).
-    items = rows(Item, _response_items_sql(), [response.pk])
+    items = rows(Item, _response_items_sql(), [response.session_id, response.id])
     return [item.flat() for item in items if item.data.get("role") != "user"]
 
 

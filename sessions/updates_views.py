@@ -21,12 +21,15 @@ from .stream_views import (
 from .updates_stream import UpdatesStream
 
 UPDATES_STREAM = sse_event_schema(
-    "Frames `id: <ms>\\nevent: <type>\\ndata: <json>\\n\\n`. First a `session.heartbeat`; "
-    "with `Last-Event-ID` (or `?after=`) a `session.resync` (reload `GET /v1/sessions`), "
-    "then live events: `session.added` and `session.updated` `{type, session}` "
-    "(`SessionRowEvent`, the list row), `session.removed` `{type, session_id}` "
-    "(`SessionRemovedEvent`), for every session the caller holds a grant on; a heartbeat "
-    "every 15 s while idle; `data: [DONE]` when the server shuts down."
+    "Frames `id: <n>\\nevent: <type>\\ndata: <json>\\n\\n`, `n` the event's number in the "
+    "caller's list log. First a `session.heartbeat` (no `id`); then, with `Last-Event-ID` "
+    "(or `?after=`), what changed since: each session's current row (or its removal), "
+    "or a `session.resync` (reload `GET /v1/sessions`) when the log no longer reaches "
+    "back that far; then live events: `session.added` and `session.updated` "
+    "`{type, session}` (`SessionRowEvent`, the list row), `session.removed` "
+    "`{type, session_id}` (`SessionRemovedEvent`), for every session the caller holds a "
+    "grant on; a heartbeat every 15 s while idle; `data: [DONE]` when the server shuts "
+    "down."
 )
 
 
@@ -36,7 +39,8 @@ class SessionUpdatesView(EventStreamViewMixin, AsyncAPIView):
     @extend_schema(
         operation_id="sessions_updates",
         parameters=stream_parameters(
-            after="resume point: answers `session.resync`", last_event_id="resume point"
+            after="resume point: the number of the last list event seen",
+            last_event_id="resume point",
         ),
         responses={
             (200, "text/event-stream"): OpenApiResponse(
@@ -46,11 +50,8 @@ class SessionUpdatesView(EventStreamViewMixin, AsyncAPIView):
         },
     )
     async def get(self, request: Request) -> StreamingHttpResponse:
-        resumed = (
-            parse_resume_point(
-                request.headers.get("Last-Event-ID"), request.query_params.get("after")
-            )
-            is not None
+        after = parse_resume_point(
+            request.headers.get("Last-Event-ID"), request.query_params.get("after")
         )
-        stream = UpdatesStream(user_pk=request_user(request).pk, resumed=resumed)
+        stream = UpdatesStream(user_pk=request_user(request).pk, after=after)
         return event_stream_response(stream, request)

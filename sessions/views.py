@@ -275,7 +275,10 @@ class ResponseListView(SessionScopedMixin, APIView):
     def get(self, request: Request, session_id: str) -> Response:
         params = parse_list_params(request.query_params, default_order="asc")
         page = paginate(
-            selectors.session_responses(session=self.session), params, sort_field="created_at"
+            selectors.session_responses(session=self.session),
+            params,
+            sort_field="created_at",
+            cursor_field="id",
         )
         return Response(
             page.body(
@@ -290,7 +293,7 @@ class ResponseDetailView(SessionScopedMixin, APIView):
 
     @extend_schema(responses={200: ResponseOut, **error_responses(401, 404)})
     def get(self, request: Request, session_id: str, response_id: str) -> Response:
-        turn = selectors.session_responses(session=self.session).filter(pk=response_id).first()
+        turn = selectors.session_responses(session=self.session).filter(id=response_id).first()
         if turn is None:
             raise NotFound(f"response {response_id!r} not found")
         return Response(response_body(turn, output=selectors.response_output(response=turn)))

@@ -281,6 +281,36 @@ def start_server(
     return Server(url=url, process=process, env=env)
 
 
+def restart_on_same_port(
+    server: Server, log_dir: Path, name: str, *, sig: int = signal.SIGTERM
+) -> Server:
+    """Stop daphne (with ``sig``: SIGKILL for a crash) and start a new one on the same
+    port and database, so runners find it at the URL they dial."""
+    if sig == signal.SIGKILL:
+        server.process.kill()
+    else:
+        server.process.stop(sig=sig)
+    port = server.url.rsplit(":", 1)[1]
+    process = spawn(
+        name,
+        [sys.executable, "-m", "omnigent_site.serve", "--host", "127.0.0.1", "--port", port],
+        env=server.env,
+        log_dir=log_dir,
+    )
+    restarted = Server(url=server.url, process=process, env=server.env)
+
+    def healthy() -> bool:
+        if process.popen.poll() is not None:
+            raise RuntimeError(f"{name} exited: {process.log()[-2000:]}")
+        try:
+            return httpx.get(f"{server.url}/health", timeout=2.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    wait_until(healthy, deadline_s=START_DEADLINE_S, what=f"{name} to answer /health")
+    return restarted
+
+
 @dataclass
 class Runner:
     runner_id: str
@@ -467,13 +497,16 @@ class StreamEvent:
 
 
 class StreamReader:
-    """Reads a session stream in a thread until ``until(event)`` is true or the stream ends."""
+    """Reads a session stream (or, with ``path``, another stream such as
+    ``/v1/sessions/updates``) in a thread until ``until(event)`` is true or the stream
+    ends."""
 
     def __init__(
         self,
         server: Server,
-        session_id: str,
+        session_id: str = "",
         *,
+        path: str | None = None,
         user: str | None = "alice@example.com",
         last_event_id: int | None = None,
         until: Callable[[StreamEvent], bool] = lambda event: False,
@@ -494,7 +527,9 @@ class StreamReader:
             headers["Last-Event-ID"] = str(last_event_id)
         self._client = server.client(user)
         self._thread = threading.Thread(
-            target=self._run, args=(f"/v1/sessions/{session_id}/stream", headers), daemon=True
+            target=self._run,
+            args=(path or f"/v1/sessions/{session_id}/stream", headers),
+            daemon=True,
         )
         self._thread.start()
 

@@ -27,7 +27,9 @@ breaks a test, not production.
 - ``body_limit``: ``limit_request_body``, where apps register paths whose request
   bodies are refused with 413 while they arrive, before Twisted stores them.
 - ``background``: ``on_serve``, where apps register process-wide loops (the
-  runners app's stale-runner sweep) without ``omnigent_site`` importing them.
+  runners app's stale-runner sweep) without ``omnigent_site`` importing them, and
+  ``on_start``/``on_stop``, what a process does once as it starts serving and as it
+  begins a clean stop (the runners app's tunnel liveness).
 - ``channel_layer``: the embedded (in-memory) and scale-out (Redis) channel layers,
   with one receive prefix per process, cheaper sweeps and no orphaned buffers.
 - ``redis_cache``: one Redis connection pool per process for Django's Redis caches
@@ -52,7 +54,7 @@ Apps never import these internals except through the small surface below and
 
 from __future__ import annotations
 
-from omnigent_site.runtime.background import on_serve
+from omnigent_site.runtime.background import on_serve, on_start, on_stop
 from omnigent_site.runtime.body_limit import limit_request_body
 
-__all__ = ["limit_request_body", "on_serve"]
+__all__ = ["limit_request_body", "on_serve", "on_start", "on_stop"]

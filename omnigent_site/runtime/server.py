@@ -25,7 +25,9 @@ omnigent_site.asgi:application``, so everything here applies to both:
 - **Background tasks** registered with ``runtime.on_serve`` start on daphne's event
   loop once the reactor runs (``reactor.callWhenRunning``): daphne sends no ASGI
   lifespan events, and a process that holds no tunnel and gets no request must still
-  sweep stale runners.
+  sweep stale runners. ``runtime.on_start`` hooks run just before, synchronously,
+  before the first request is served (the runners app marks the tunnels of dead
+  processes offline there).
 - **Shutdown**: ``runtime.shutdown.begin`` is a before-shutdown trigger of the
   reactor, and HTTP requests get a moment to finish (``DrainOnShutdown``).
 - **Write watch**: every HTTP request gets a ``runtime.flow.WriteWatch`` in its scope.
@@ -94,6 +96,7 @@ def installed_reactor() -> Any | None:
 
 def _reactor_started(reactor: Any) -> None:
     """Called by Twisted when the reactor starts, before its loop runs."""
+    background.run_start_hooks()  # before the loop serves the first request
     frozen = freeze_startup_objects()
     reactor.callLater(0, background.start_background_tasks)
     message, frame = TunnelWebSocketLimits.applied or (None, None)

@@ -9,9 +9,11 @@ SSE stream would end without its final frame. So:
 - ``begin`` is a before-shutdown trigger of the reactor
   (``reactor.addSystemEventTrigger("before", "shutdown", ...)``, registered by
   ``runtime.server``): it sets the :func:`stopping` event of every loop, so the
-  streams write ``[DONE]`` and end, and it returns a Deferred that fires once the
-  HTTP requests in flight have ended (at most ``DRAIN_S`` plus their unwinding).
-  Twisted closes no connection before every before-shutdown Deferred has fired.
+  streams write ``[DONE]`` and end, starts the apps' ``on_stop`` hooks (the runners
+  app marks the tunnels this process holds offline), and returns a Deferred that
+  fires once those hooks and the HTTP requests in flight have ended (at most
+  ``DRAIN_S`` plus their unwinding). Twisted closes no connection before every
+  before-shutdown Deferred has fired.
 - ``DrainOnShutdown`` runs each HTTP request in a task of its own. When daphne
   cancels a request while the server is stopping, the request is given up to
   ``DRAIN_S`` to end by itself before it is cancelled. Outside a shutdown a
@@ -30,6 +32,8 @@ import weakref
 from typing import Any
 
 from asgiref.typing import ASGIReceiveCallable, ASGISendCallable, Scope
+
+from omnigent_site.runtime import background
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +62,11 @@ def stopping() -> asyncio.Event:
 
 
 def begin() -> Any:
-    """The server is stopping: wake every stream (a before-shutdown trigger).
+    """The server is stopping: wake every stream and run the ``on_stop`` hooks (a
+    before-shutdown trigger).
 
-    Returns a Twisted Deferred that fires once the HTTP requests in flight have
-    ended, or ``None`` when there are none (or no running loop to wait on).
+    Returns a Twisted Deferred that fires once the hooks and the HTTP requests in
+    flight have ended, or ``None`` when there are none (or no running loop to wait on).
     """
     global _stopping
     _stopping = True
@@ -74,13 +79,16 @@ def begin() -> Any:
             event.set()
         elif not loop.is_closed():
             loop.call_soon_threadsafe(event.set)
-    requests = [request for request in _requests if not request.done()]
-    if current is None or not requests:
+    if current is None:
+        return None
+    waited: list[asyncio.Future[Any]] = [request for request in _requests if not request.done()]
+    waited += background.start_stop_hooks()
+    if not waited:
         return None
     from twisted.internet import defer
 
     return defer.Deferred.fromFuture(
-        asyncio.ensure_future(asyncio.wait(requests, timeout=DRAIN_S + UNWIND_S))
+        asyncio.ensure_future(asyncio.wait(waited, timeout=DRAIN_S + UNWIND_S))
     )
 
 

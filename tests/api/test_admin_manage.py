@@ -115,7 +115,7 @@ def test_session_page_shows_transcript_in_order_and_turns(admin_client, create_s
     ]
     for index, (kind, data) in enumerate(rows):
         Item.objects.create(
-            id=f"item_{index}", session=session, response=turn, type=kind, data=data
+            id=f"item_{index}", session=session, response_id=turn.id, type=kind, data=data
         )
     response = admin_client.get(change_url(Session, session_id))
     assert response.status_code == 200

@@ -120,7 +120,7 @@ def test_a_question_is_in_the_snapshot_and_the_stream_log(client_for, create_ses
         "type": "response.elicitation_request",
         "elicitation_id": first.id,
         "session_id": session_id,
-        "response_id": first.turn_id,
+        "response_id": first.response_id,
         "method": "elicitation/create",
         "params": {
             "mode": "form",
@@ -141,7 +141,7 @@ def test_a_question_is_in_the_snapshot_and_the_stream_log(client_for, create_ses
 def test_asked_twice_for_the_same_call_is_one_question(create_session) -> None:
     session_id = create_session(ALICE)
     first = ask(session_id)
-    again = ask(session_id, turn=first.turn)
+    again = ask(session_id, turn=Turn.objects.get(session_id=session_id, id=first.response_id))
     assert again.id == first.id
     assert Approval.objects.count() == 1
     assert len(events_of(session_id, "response.elicitation_request")) == 1
@@ -390,7 +390,7 @@ def test_a_finished_turn_cancels_its_open_questions(create_session) -> None:
     session_id = create_session(ALICE)
     approval = ask(session_id)
     runner_events.fail_turn(
-        session_id=session_id, response_id=approval.turn_id, code="x", message="gone"
+        session_id=session_id, response_id=approval.response_id, code="x", message="gone"
     )
     approval.refresh_from_db()
     assert (approval.status, approval.reason) == ("cancelled", "the turn ended")
@@ -435,7 +435,7 @@ def test_reading_approvals_lists_filters_and_pages(client_for, create_session, g
         "arguments": {"command": "rm -rf build"},
         "policy_name": "ask-shell",
         "message": "Agent wants to run sys_os_shell: `rm -rf build`. Approve?",
-        "response_id": second.turn_id,
+        "response_id": second.response_id,
         "call_id": "b",
         "created_at": int(second.created_at.timestamp()),
         "expires_at": int(second.expires_at.timestamp()),

@@ -37,7 +37,7 @@ def add_history(session_id: str) -> dict[str, Turn]:
         Item.objects.create(
             session=session,
             id=f"item_user_{index}",
-            response=turn,
+            response_id=turn.id,
             type="message",
             data={"role": "user", "content": [{"type": "input_text", "text": f"question {index}"}]},
             created_by=ALICE,
@@ -45,7 +45,7 @@ def add_history(session_id: str) -> dict[str, Turn]:
         Item.objects.create(
             session=session,
             id=f"item_answer_{index}",
-            response=turn,
+            response_id=turn.id,
             type="message",
             data={
                 "role": "assistant",
@@ -87,15 +87,17 @@ def test_fork_copies_history_turns_labels_and_makes_the_caller_owner(
         assert copied["created_by"] == original.created_by
     copied_turns = list(Turn.objects.filter(session_id=body["id"]).order_by("created_at"))
     assert [t.status for t in copied_turns] == ["completed", "failed"]
-    assert {t.id for t in copied_turns}.isdisjoint({t.id for t in turns.values()})
+    # The copies keep the source's response ids, and the items keep naming them.
+    assert [t.id for t in copied_turns] == [turns["completed"].id, turns["failed"].id]
     assert copied_turns[0].created_at == turns["completed"].created_at
     assert [item["response_id"] for item in body["items"]] == [
-        copied_turns[0].id,
-        copied_turns[0].id,
-        copied_turns[1].id,
-        copied_turns[1].id,
+        turns["completed"].id,
+        turns["completed"].id,
+        turns["failed"].id,
+        turns["failed"].id,
     ]
     responses = client_for(BOB).get(f"/v1/sessions/{body['id']}/responses").json()["data"]
+    assert [r["id"] for r in responses] == [turns["completed"].id, turns["failed"].id]
     assert [r["status"] for r in responses] == ["completed", "failed"]
     assert [o["content"][0]["text"] for o in responses[0]["output"]] == ["answer 0"]
     # The source is unchanged.
@@ -143,7 +145,7 @@ def test_files_are_copied_by_reference_and_blocks_follow(
     Item.objects.create(
         session_id=source,
         id="item_with_file",
-        response=turn,
+        response_id=turn.id,
         type="message",
         data={
             "role": "user",
@@ -195,3 +197,39 @@ def test_fork_statuses(client_for: Client, create_session: Callable[..., str]) -
     assert_error(fork(client_for(ALICE), source, {"title": 5}), 400, "invalid_input")
     # Unknown keys are ignored.
     assert fork(client_for(ALICE), source, {"surprise": 1}).status_code == 201
+
+
+def test_the_source_response_ids_answer_on_the_fork_and_on_a_fork_of_it(
+    client_for: Client, create_session: Callable[..., str]
+) -> None:
+    """A client that read response ids from the source uses them on the fork: one turn,
+    the listing's cursor, ``up_to_response_id``, and all of that again on a fork of
+    the fork, while each session keeps its own copy of the turn."""
+    source = create_session()
+    turns = add_history(source)
+    done, failed = turns["completed"].id, turns["failed"].id
+    alice = client_for(ALICE)
+    first = fork(alice, source).json()["id"]
+    one = alice.get(f"/v1/sessions/{first}/responses/{done}")
+    assert one.status_code == 200, one.content
+    assert one.json()["id"] == done and one.json()["status"] == "completed"
+    assert [o["content"][0]["text"] for o in one.json()["output"]] == ["answer 0"]
+    page = alice.get(f"/v1/sessions/{first}/responses", {"after": done}).json()["data"]
+    assert [r["id"] for r in page] == [failed]
+    missing = alice.get(f"/v1/sessions/{first}/responses/{turns['in_progress'].id}")
+    assert_error(missing, 404, "not_found")
+
+    second = fork(alice, first, {"up_to_response_id": done})
+    assert second.status_code == 201, second.content
+    body = second.json()
+    assert texts(body["items"]) == ["question 0", "answer 0"]
+    assert {item["response_id"] for item in body["items"]} == {done}
+    again = alice.get(f"/v1/sessions/{body['id']}/responses/{done}").json()
+    assert again["id"] == done and [o["content"][0]["text"] for o in again["output"]] == [
+        "answer 0"
+    ]
+    # Three sessions, three rows with the same response id; each is its session's own.
+    assert Turn.objects.filter(id=done).count() == 3
+    Turn.objects.filter(session_id=first, id=done).update(status="cancelled")
+    assert alice.get(f"/v1/sessions/{source}/responses/{done}").json()["status"] == "completed"
+    assert alice.get(f"/v1/sessions/{first}/responses/{done}").json()["status"] == "cancelled"

@@ -147,7 +147,7 @@ def test_session_list_rows_are_one_query_with_grantees_and_open_questions(
         Approval.objects.create(
             id=f"elicit_{n}",
             session=session,
-            turn=turn,
+            response_id=turn.id,
             call_id=f"call_{n}",
             tool="sys_os_write",
             policy_name="ask",
@@ -315,13 +315,15 @@ def test_snapshot_reads_match_the_orm_in_order(session: Session) -> None:
     turn = Turn.objects.filter(session=session).first()
     assert turn is not None
     Item.objects.create(
-        session=session, id="item_out_2", response=turn, type="message", data={"role": "x"}
+        session=session, id="item_out_2", response_id=turn.id, type="message", data={"role": "x"}
     )
     Item.objects.create(
-        session=session, id="item_out_1", response=turn, type="reasoning", data={"n": 1}
+        session=session, id="item_out_1", response_id=turn.id, type="reasoning", data={"n": 1}
     )
     expected = [
-        item.flat() for item in turn.items.order_by("seq") if item.data.get("role") != "user"
+        item.flat()
+        for item in Item.objects.filter(session=session, response_id=turn.id).order_by("seq")
+        if item.data.get("role") != "user"
     ]
     assert selectors.response_output(response=turn) == expected
     assert [entry["id"] for entry in expected] == ["item_out_2", "item_out_1"]
@@ -331,7 +333,7 @@ def test_snapshot_reads_match_the_orm_in_order(session: Session) -> None:
         Approval.objects.create(
             id=f"elicit_{9 - n}",  # ids against creation order: the time sorts first
             session=session,
-            turn=turn,
+            response_id=turn.id,
             call_id=f"call_{n}",
             tool="sys_os_write",
             arguments={"path": f"{n}.txt"},
@@ -413,7 +415,7 @@ def test_update_row_writes_what_the_orms_update_writes(
         "title": "naïve ✓",
         "last_event_seq": 41,
         "updated_at": timezone.now(),
-        "active_response_id": turn.pk,
+        "active_response_id": turn.id,
         "runner": runner,  # a foreign key: its column gets the related row's key
     }
     for name, value in values.items():
@@ -432,7 +434,7 @@ def test_update_row_writes_what_the_orms_update_writes(
     session.last_task_error = None  # JSON null is SQL NULL, as the ORM stores it
     update_row(session, ["last_task_error"])
     assert Session.objects.filter(pk=session.pk, last_task_error__isnull=True).exists()
-    gone = Turn(id="resp_missing", session=session)
+    gone = Turn(seq=-1, id="resp_missing", session=session)
     assert update_row(gone, ["status"]) == 0
     with pytest.raises(ValueError, match="not expressions"):
         session.last_event_seq = F("last_event_seq") + 1  # type: ignore[assignment]
@@ -455,7 +457,7 @@ def test_insert_row_stores_what_create_stores(
     mine, theirs = field_values(Turn.objects.get(pk=turn.pk)), field_values(reference)
     assert mine["created_at"] >= before and timezone.is_aware(mine["created_at"])
     assert mine["created_at"] == turn.created_at  # auto_now_add, on the instance too
-    different = {"id", "created_at"}
+    different = {"seq", "id", "created_at"}
     assert {k: v for k, v in mine.items() if k not in different} == {
         k: v for k, v in theirs.items() if k not in different
     }
@@ -464,7 +466,7 @@ def test_insert_row_stores_what_create_stores(
         return Item(
             session=session,
             id=item_id,
-            response=turn,
+            response_id=turn.id,
             type="message",
             data={"role": "user", "content": [{"type": "input_text", "text": 'é "q"\n'}]},
             created_by=None,

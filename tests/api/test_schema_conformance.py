@@ -202,7 +202,7 @@ def add_turns(session_id: str) -> tuple[str, str]:
         session=session,
         id="item_out",
         type="message",
-        response=done,
+        response_id=done.id,
         data={"role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
     )
     Item.objects.create(
@@ -210,7 +210,7 @@ def add_turns(session_id: str) -> tuple[str, str]:
         id="call_1",
         type="function_call",
         status="action_required",
-        response=done,
+        response_id=done.id,
         data={"call_id": "call_1", "name": "lookup", "arguments": "{}"},
     )
     Session.objects.filter(pk=session_id).update(

@@ -498,7 +498,7 @@ def test_delete_session(client_for, create_session) -> None:
     session = Session.objects.get(pk=session_id)
     agent_id, sha = session.agent_id, session.agent.bundle_sha256
     turn = Turn.objects.create(session=session, status="completed")
-    Item.objects.create(session=session, id="item_1", type="message", data={}, response=turn)
+    Item.objects.create(session=session, id="item_1", type="message", data={}, response_id=turn.id)
     SessionEvent.objects.create(session=session, seq=1, type="session.status", payload={})
     client = client_for(ALICE)
 
@@ -606,7 +606,7 @@ def test_responses_list_and_get(client_for, create_session) -> None:
         session=session,
         id="item_out",
         type="message",
-        response=done,
+        response_id=done.id,
         data={"role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
     )
     client = client_for(ALICE)

@@ -112,7 +112,7 @@ async def asked(
     turn = await open_turn(session)
     stub = await stubs.online(token, open_sessions=[session.id])
     await send_event(stub, session.id, 1, requested(turn.id, **kwargs))
-    approval = await in_db(Approval.objects.get)(turn=turn)
+    approval = await in_db(Approval.objects.get)(response_id=turn.id)
     return stub, turn, approval
 
 
@@ -492,5 +492,5 @@ async def test_a_question_for_a_turn_the_server_ended_is_cancelled_at_once(
     assert frames["event.ack"]["seq"] == 1
     verdict = frames["approval.verdict"]
     assert (verdict["action"], verdict["reason"]) == ("cancel", "the turn ended")
-    stored = await in_db(Approval.objects.get)(turn=turn)
+    stored = await in_db(Approval.objects.get)(response_id=turn.id)
     assert stored.status == "cancelled"

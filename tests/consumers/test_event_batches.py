@@ -24,7 +24,7 @@ from runners.models import Runner
 from sessions import eventlog
 from sessions.eventlog import record_event, session_group
 from sessions.list_watch import mark_list_open
-from sessions.models import Agent, Item, Session, SessionEvent, Turn
+from sessions.models import Agent, Item, ListEvent, Session, SessionEvent, Turn
 from sessions.services import create_session_from_bundle
 from sessions.updates import user_group
 
@@ -123,6 +123,11 @@ def test_a_turn_in_one_batch_is_stored_in_order_with_contiguous_numbers(
     assert not [sql for sql in reads if f'FROM "{Agent._meta.db_table}"' in sql], reads
     assert len([sql for sql in reads if f'FROM "{Turn._meta.db_table}"' in sql]) == 1, reads
     assert len(statements) <= 14, statements
+    # The session list log: the batch's status change logged once for the grantee, in
+    # one statement on PostgreSQL (numbers and row together), two on SQLite.
+    logged = [sql for sql in statements if "listevent" in sql or "listcursor" in sql]
+    assert len(logged) == (1 if connection.vendor == "postgresql" else 2), logged
+    assert ListEvent.objects.filter(session_id=session.id, kind="updated").count() == 2
 
 
 def test_duplicates_in_and_before_a_batch_change_nothing(

@@ -86,7 +86,7 @@ async def test_a_message_to_an_open_session_makes_one_trip_to_its_thread(
     assert body["response_id"] == turn["response_id"]
     # DRF's checks, the validation and the storing: one call on the request's thread.
     assert calls == ["SessionEventsView.initial"], calls
-    stored = await database_sync_to_async(Turn.objects.get)(pk=body["response_id"])
+    stored = await database_sync_to_async(Turn.objects.get)(id=body["response_id"])
     assert stored.session_id == session.id
     assert await database_sync_to_async(Item.objects.filter(id=body["item_id"]).exists)()
 

@@ -290,7 +290,7 @@ async def test_message_opens_the_session_then_starts_the_turn(
         "response_id": turn["response_id"],
     }
 
-    stored = await in_db(Turn.objects.get)(pk=body["response_id"])
+    stored = await in_db(Turn.objects.get)(id=body["response_id"])
     assert stored.session_id == session.id
     assert stored.status == Turn.Status.QUEUED
     assert stored.tools == [TOOL]
@@ -336,7 +336,7 @@ async def test_message_not_acknowledged_fails_the_turn_and_keeps_the_item(
     turn = await stub.expect("turn.start")  # never acknowledged
     error_of(await pending, 503, "runner_unavailable")
 
-    stored = await in_db(Turn.objects.get)(pk=turn["response_id"])
+    stored = await in_db(Turn.objects.get)(id=turn["response_id"])
     assert stored.status == Turn.Status.FAILED
     assert stored.error["code"] == "runner_unreachable"
     assert stored.completed_at is not None
@@ -359,7 +359,7 @@ async def test_message_nacked_by_the_runner_is_503(
     turn = await stub.expect("turn.start")
     await stub.nack(turn)
     error_of(await pending, 503, "runner_unavailable")
-    stored = await in_db(Turn.objects.get)(pk=turn["response_id"])
+    stored = await in_db(Turn.objects.get)(id=turn["response_id"])
     assert stored.error["code"] == "runner_unreachable"
 
 

@@ -44,7 +44,7 @@ def test_sessions_of_a_runner_whose_server_process_died_are_failed(
     session.refresh_from_db()
     assert session.status == "failed"
     assert session.last_task_error["code"] == "runner_disconnected"
-    assert Turn.objects.get(pk=response_id).status == "failed"
+    assert Turn.objects.get(id=response_id).status == "failed"
     assert Runner.objects.get(pk=runner.pk).channel_name == ""
     assert services.fail_stale_runners() == []
 

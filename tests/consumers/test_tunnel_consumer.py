@@ -694,7 +694,7 @@ async def test_restarted_runner_gets_open_turns_again(
         await tunnels.drop(comm)
         session = await in_db(Session.objects.get)(pk=bound_session.id)
         assert session.status == Session.Status.RUNNING
-    assert (await in_db(Turn.objects.get)(pk=response.id)).status == Turn.Status.QUEUED
+    assert (await in_db(Turn.objects.get)(id=response.id)).status == Turn.Status.QUEUED
 
 
 # ------------------------------------------------------------------ events
@@ -970,9 +970,9 @@ async def test_response_completed_finishes_the_turn(
     response = await open_turn(bound_session)
     comm, _ = await tunnels.online(token, open_sessions=[sid])
     await send_event(comm, sid, 1, {"type": "response.created", "response_id": response.id})
-    assert (await in_db(Turn.objects.get)(pk=response.id)).status == "in_progress"
+    assert (await in_db(Turn.objects.get)(id=response.id)).status == "in_progress"
     await send_event(comm, sid, 2, {"type": "response.completed", "response_id": response.id})
-    stored = await in_db(Turn.objects.get)(pk=response.id)
+    stored = await in_db(Turn.objects.get)(id=response.id)
     assert stored.status == Turn.Status.COMPLETED
     assert stored.completed_at is not None
     assert stored.error is None
@@ -1061,7 +1061,7 @@ async def test_reconnect_within_grace_keeps_the_turn_running(
     session = await in_db(Session.objects.get)(pk=busy.id)
     assert session.status == Session.Status.RUNNING
     assert session.last_task_error is None
-    assert (await in_db(Turn.objects.get)(pk=response.id)).status == Turn.Status.QUEUED
+    assert (await in_db(Turn.objects.get)(id=response.id)).status == Turn.Status.QUEUED
     assert (await in_db(Session.objects.get)(pk=idle.id)).status == Session.Status.IDLE
     await probe(comm)
 
@@ -1090,7 +1090,7 @@ async def test_runner_gone_past_grace_fails_its_busy_sessions(
     )
     assert session.last_task_error["code"] == "runner_disconnected"
     assert session.active_response_id is None
-    failed = await in_db(Turn.objects.get)(pk=response.id)
+    failed = await in_db(Turn.objects.get)(id=response.id)
     assert failed.status == Turn.Status.FAILED
     assert failed.error["code"] == "runner_disconnected"
     assert failed.completed_at is not None

@@ -13,16 +13,16 @@ from typing import Any
 import pytest
 from channels.db import database_sync_to_async
 from django.core.cache import caches
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from omnigent_site.asgi import application
 from omnigent_site.runtime.shutdown import stopping
 from omnigent_site.users import get_or_create_user
 from runners import services as runner_services
-from sessions import list_watch, services
+from sessions import list_log, list_watch, services
 from sessions.fork import fork_session
-from sessions.models import Session
+from sessions.models import ListEvent, Session
 from sessions.services import create_session_from_bundle
 
 from .asgi_http import http_scope
@@ -171,9 +171,12 @@ async def test_a_runner_going_offline_updates_each_of_its_rows_read_at_once(
         return [query["sql"] for query in queries.captured_queries]
 
     statements = await database_sync_to_async(go_offline)()
-    # One read of the rows for the three sessions (and their grantees), not one each.
-    reads = [sql for sql in statements if sql.startswith("SELECT") and sessions_table in sql]
+    # One read of the rows for the three sessions (and their grantees), not one each;
+    # and the list log written in a fixed number of statements, not one per session.
+    reads = [sql for sql in statements if "grantee_pk" in sql and sessions_table in sql]
     assert len(reads) == 1, statements
+    logged = [sql for sql in statements if ListEvent._meta.db_table in sql]
+    assert len(logged) == 1 and logged[0].startswith("INSERT"), statements
     heard = [(await alice.next_of("session.updated"))[1]["session"] for _ in ids]
     assert sorted(row["id"] for row in heard) == sorted(ids)
     assert all(row["runner_id"] == runner_id and not row["runner_online"] for row in heard)
@@ -203,16 +206,140 @@ async def test_a_fork_appears_in_the_forking_users_list(make_bundle: Any) -> Non
     await alice.disconnect()
 
 
-async def test_a_resumed_list_is_told_to_reload_then_gets_the_live_tail(
-    make_bundle: Any,
+async def test_a_resumed_list_gets_what_it_missed_then_the_live_tail(make_bundle: Any) -> None:
+    """While the list was away: a rename, a new session, a delete, a session shared with
+    the user and one of its grants taken back. The resume gets each session's row as it
+    is now (or its removal), numbered and ordered by its newest change; no resync."""
+
+    def setup() -> tuple[str, str]:
+        get_or_create_user(BOB)
+        return _create(make_bundle, title="kept"), _create(make_bundle, title="doomed")
+
+    kept, doomed = await database_sync_to_async(setup)()
+    alice = UpdatesCall(ALICE)
+    await alice.start()
+    await alice.next_event()
+    seen = await database_sync_to_async(_create)(make_bundle, title="seen")
+    last_id, _ = await alice.next_of("session.added")
+    assert last_id is not None
+    await alice.disconnect()
+
+    def while_away() -> tuple[str, str]:
+        alice_user, bob_user = get_or_create_user(ALICE), get_or_create_user(BOB)
+        services.update_session(session=Session.objects.get(pk=kept), title="renamed")
+        services.update_session(session=Session.objects.get(pk=kept), title="renamed twice")
+        new = _create(make_bundle, title="new")
+        services.delete_session(session=Session.objects.get(pk=doomed))
+        bobs = create_session_from_bundle(user=bob_user, data=make_bundle(), title="bob's").id
+        services.grant_permission(
+            session=Session.objects.get(pk=bobs), actor=bob_user, user_id=ALICE, level=2
+        )
+        services.grant_permission(
+            session=Session.objects.get(pk=seen), actor=alice_user, user_id=BOB, level=1
+        )
+        return new, bobs
+
+    new, bobs = await database_sync_to_async(while_away)()
+    again = UpdatesCall(ALICE, headers=[(b"last-event-id", str(last_id).encode())])
+    await again.start()
+    assert (await again.next_event())[1] == {"type": "session.heartbeat"}
+    missed = [await again.next_event() for _ in range(4)]
+    ids = [event_id for event_id, _ in missed]
+    assert all(event_id is not None for event_id in ids) and ids == sorted(ids)
+    assert ids[0] > last_id
+    assert [
+        (event["type"], event.get("session", {}).get("id") or event.get("session_id"))
+        for _, event in missed
+    ] == [
+        ("session.updated", kept),
+        ("session.added", new),
+        ("session.removed", doomed),
+        ("session.added", bobs),
+    ]
+    assert missed[0][1]["session"]["title"] == "renamed twice"  # as it is now
+    assert missed[3][1]["session"]["permission_level"] == 2
+    # Bob's grant on "seen" changed no row of Alice's list: nothing about it.
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(again.next_of("session.added", "session.updated"), timeout=0.3)
+    # Then the live tail, numbered on from there.
+    latest = await database_sync_to_async(_create)(make_bundle, title="live")
+    live_id, live = await again.next_of("session.added")
+    assert live["session"]["id"] == latest and live_id == ids[-1] + 1
+    await again.disconnect()
+
+
+async def test_resuming_where_the_list_left_sends_nothing_again(make_bundle: Any) -> None:
+    alice = UpdatesCall(ALICE)
+    await alice.start()
+    await alice.next_event()
+    await database_sync_to_async(_create)(make_bundle, title="one")
+    last_id, _ = await alice.next_of("session.added")
+    await alice.disconnect()
+    again = UpdatesCall(ALICE, headers=[(b"last-event-id", str(last_id).encode())])
+    await again.start()
+    assert (await again.next_event())[1] == {"type": "session.heartbeat"}
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(again.next_event(), timeout=0.3)
+    await again.disconnect()
+
+
+async def test_a_resume_point_the_log_no_longer_reaches_answers_resync(
+    make_bundle: Any, settings: Any
 ) -> None:
-    call = UpdatesCall(ALICE, headers=[(b"last-event-id", b"1700000000000")])
+    """Past the retention (count and age both), an old point answers ``session.resync``,
+    numbered with the newest event, and the live tail follows; so do a point the log
+    never had (the old millisecond ids) and one from before any pruning of another user."""
+    settings.OMNIGENT_LIST_EVENT_RETENTION = 5
+    settings.OMNIGENT_LIST_EVENT_RETENTION_S = 0
+
+    def churn() -> int:
+        session = Session.objects.get(pk=_create(make_bundle, title="busy"))
+        for n in range(list_log.PRUNE_EVERY + 5):
+            services.update_session(session=session, title=f"busy {n}")
+        return list_log.bounds(user_pk=get_or_create_user(ALICE).pk)[0]
+
+    newest = await database_sync_to_async(churn)()
+    oldest = await database_sync_to_async(
+        lambda: list_log.bounds(user_pk=get_or_create_user(ALICE).pk)[1]
+    )()
+    assert oldest is not None and 1 < oldest <= newest - 5
+    for point in (b"1", b"1700000000000"):
+        call = UpdatesCall(ALICE, headers=[(b"last-event-id", point)])
+        await call.start()
+        assert (await call.next_event())[1] == {"type": "session.heartbeat"}
+        assert await call.next_event() == (newest, {"type": "session.resync"})
+        await call.disconnect()
+    # Still inside what the log keeps: no resync.
+    call = UpdatesCall(ALICE, headers=[(b"last-event-id", str(oldest - 1).encode())])
     await call.start()
-    assert (await call.next_event())[1] == {"type": "session.heartbeat"}
-    assert (await call.next_event())[1] == {"type": "session.resync"}
-    session_id = await database_sync_to_async(_create)(make_bundle, title="after resync")
+    await call.next_event()
+    event_id, event = await call.next_event()
+    assert event["type"] == "session.updated" and event_id == newest
+    session_id = await database_sync_to_async(_create)(make_bundle, title="after")
     assert (await call.next_of("session.added"))[1]["session"]["id"] == session_id
     await call.disconnect()
+
+
+async def test_a_list_event_the_group_did_not_deliver_is_read_back_from_the_log(
+    make_bundle: Any,
+) -> None:
+    """A live frame numbered past the next expected one: the gap is filled first."""
+    session_id = await database_sync_to_async(_create)(make_bundle, title="quiet")
+    alice = UpdatesCall(ALICE)
+    await alice.start()
+    await alice.next_event()
+
+    def logged_unannounced() -> None:  # as if its group message had been lost
+        with transaction.atomic():
+            Session.objects.filter(pk=session_id).update(title="unannounced")
+            list_log.record_session(session_id=session_id, kind="updated")
+
+    await database_sync_to_async(logged_unannounced)()
+    fresh = await database_sync_to_async(_create)(make_bundle, title="announced")
+    (gap_id, gap), (live_id, live) = await alice.next_event(), await alice.next_event()
+    assert gap["session"]["id"] == session_id and gap["session"]["title"] == "unannounced"
+    assert live["session"]["id"] == fresh and live_id == gap_id + 1
+    await alice.disconnect()
 
 
 async def test_an_idle_list_gets_heartbeats(settings: Any) -> None:

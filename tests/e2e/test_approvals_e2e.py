@@ -12,12 +12,10 @@ stream as ``response.elicitation_request``, and the answer is ``POST
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from testing.mockllm import MockLLMServer, tool_then_echo
@@ -27,8 +25,8 @@ from testing.processes import (
     StreamReader,
     bind,
     create_session,
+    restart_on_same_port,
     send_message,
-    spawn,
     start_runner,
     wait_runner_online,
     wait_turn,
@@ -108,30 +106,6 @@ def model_saw(turn: dict[str, Any]) -> str:
         if part.get("type") == "output_text"
     ]
     return texts[-1]
-
-
-def restart_on_same_port(server: Server, log_dir: Path, name: str) -> Server:
-    """Stop daphne and start a new one on the same port and database (the runner's URL)."""
-    server.process.stop()
-    port = server.url.rsplit(":", 1)[1]
-    process = spawn(
-        name,
-        [sys.executable, "-m", "omnigent_site.serve", "--host", "127.0.0.1", "--port", port],
-        env=server.env,
-        log_dir=log_dir,
-    )
-    restarted = Server(url=server.url, process=process, env=server.env)
-
-    def healthy() -> bool:
-        if process.popen.poll() is not None:
-            raise RuntimeError(f"{name} exited: {process.log()[-2000:]}")
-        try:
-            return httpx.get(f"{server.url}/health", timeout=2.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    wait_until(healthy, deadline_s=60, what=f"{name} to answer /health")
-    return restarted
 
 
 # --- the verdicts ---------------------------------------------------------------------------

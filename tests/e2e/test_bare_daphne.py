@@ -132,6 +132,7 @@ def test_the_runtime_applies_however_the_server_starts(
     assert line["quiet_log"] == "True"
     assert (int(line["message"]), int(line["frame"])) == (16 * MIB, 16 * MIB)
     assert line["tasks"].strip() == (
+        "runners.liveness.beat_forever, "
         "runners.upkeep.sweep_stale_runners_forever, "
         "runners.verdicts.sweep_expired_approvals_forever"
     )

@@ -19,6 +19,7 @@ import textwrap
 import threading
 import types
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -373,6 +374,7 @@ async def test_a_stream_writes_its_last_frame_before_the_connections_close(
     stream's last frame."""
     monkeypatch.setattr(shutdown, "_stopping", False)
     monkeypatch.setattr(shutdown, "_events", type(shutdown._events)())
+    monkeypatch.setattr(background, "_stop_hooks", {})
     written: list[str] = []
 
     async def stream(scope: Any, receive: Any, send: Any) -> None:
@@ -399,6 +401,33 @@ async def test_a_stream_writes_its_last_frame_before_the_connections_close(
     await asyncio.wait_for(both.asFuture(asyncio.get_running_loop()), 5)
     assert written == ["[DONE]"]
     assert sse.cancelled() and ws.cancelled()
+
+
+async def test_stop_hooks_run_in_a_context_of_their_own_and_the_stop_waits_for_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The stop begins inside whatever callback the reactor runs, whose context may be
+    a finished request's (its ``ThreadSensitiveContext`` left): a hook started in that
+    context could not reach the database (``sync_to_async`` refuses)."""
+    monkeypatch.setattr(shutdown, "_stopping", False)
+    monkeypatch.setattr(shutdown, "_events", type(shutdown._events)())
+    ran: list[str] = []
+
+    async def hook() -> None:
+        await asyncio.sleep(0.05)
+        ran.append(await sync_to_async(lambda: "in a thread")())
+
+    monkeypatch.setattr(background, "_stop_hooks", {"hook": hook})
+    loop = asyncio.get_running_loop()
+    began: asyncio.Future[Any] = loop.create_future()
+    # A request (the handler gives each its own executor) schedules a callback, then ends.
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        async with ThreadSensitiveContext(executor=executor):
+            loop.call_soon(lambda: began.set_result(shutdown.begin()))
+    stopped = await began
+    assert isinstance(stopped, defer.Deferred)
+    await asyncio.wait_for(stopped.asFuture(loop), 5)
+    assert ran == ["in a thread"]
 
 
 async def test_a_cancellation_outside_a_shutdown_goes_through_at_once(
@@ -638,6 +667,9 @@ def test_guard_the_reactor_starts_the_runtime_and_stops_it_cleanly() -> None:
 
 def test_the_stale_runner_sweep_is_registered_by_the_runners_app() -> None:
     assert "runners.upkeep.sweep_stale_runners_forever" in background.registered()
+    assert "runners.liveness.beat_forever" in background.registered()
+    assert "runners.liveness.start" in background._start_hooks
+    assert "runners.liveness.stop" in background._stop_hooks
 
 
 async def test_background_tasks_start_once_on_the_running_loop(
