@@ -402,6 +402,10 @@ class NotUtf8Result:
 
     requests: int = 0
     failures: list[str] = field(default_factory=list)
+    # "METHOD /template" of every operation the schema lists, and of those that got at
+    # least one request with text that is not UTF-8.
+    operations: set[str] = field(default_factory=set)
+    swept: set[str] = field(default_factory=set)
 
 
 def _percent(raw: bytes) -> str:
@@ -462,7 +466,7 @@ def not_utf8_sweep(
     ``Last-Event-ID`` headers, with the samples in turn. Path parameters are seeded ids
     otherwise, so the requests reach the handlers. Every answer must be a 4xx in the
     error format whose message does not carry U+FFFD; a 5xx, a 2xx, a stream that
-    starts, or no answer within the request timeout is a failure. Bounded: about 330
+    starts, or no answer within the request timeout is a failure. Bounded: about 230
     requests (seconds), and ``deadline_s`` for all of them (past it, the rest count as failures).
     """
     schema = httpx.get(f"{server.url}/v1/schema", params={"format": "json"}, timeout=30).json()
@@ -482,6 +486,7 @@ def not_utf8_sweep(
                 result.failures.append(f"{what}: not sent, past the {deadline_s:.0f} s deadline")
                 return
             result.requests += 1
+            result.swept.add(what.split(" ", 2)[0] + " " + what.split(" ", 2)[1])
             headers = {**({"X-Forwarded-Email": user} if user else {}), **kwargs.pop("headers", {})}
             try:
                 with client.stream(method, url, headers=headers, **kwargs) as response:
@@ -505,6 +510,7 @@ def not_utf8_sweep(
                     )
             url = template.format(**values)
             name = f"{method} {template}"
+            result.operations.add(name)
             for parameter in operation.get("parameters", []):
                 raw = _percent(sample())
                 if parameter["in"] == "query":
