@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias
 
 from django.db import transaction
@@ -31,7 +31,6 @@ from omnigent_site.rawsql import (
 from omnigent_site.timeutil import unix
 from sessions import approvals, blobs, policies, updates
 from sessions import files as session_files
-from sessions.approval_shapes import policy_denied_event
 from sessions.eventlog import (
     publishing_together,
     record_event,
@@ -41,6 +40,16 @@ from sessions.eventlog import (
 from sessions.models import Agent, Item, Session, Turn
 from sessions.selectors import response_output
 from sessions.shapes import ResponseEventOut, response_event_body
+from sessions.stream_events import (
+    RESPONSE_END_EVENTS,
+    changed_files_invalidated_event,
+    input_consumed_event,
+    output_item_done_event,
+    output_text_delta_event,
+    policy_denied_event,
+    response_event,
+    session_status_event,
+)
 from workspaces.services import apply_workspace_changes
 
 from .verdicts import post_verdicts
@@ -123,17 +132,6 @@ def response_payload(
     return response_event_body(response, output=output, model=model)
 
 
-def _status_event(session: Session) -> dict[str, Any]:
-    return {
-        "type": "session.status",
-        "session_id": session.id,
-        "conversation_id": session.id,
-        "status": session.status,
-        "response_id": session.active_response_id,
-        "error": session.last_task_error,
-    }
-
-
 def _set_session_state(
     session: Session, *, status: str, response_id: str | None, error: dict | None = None
 ) -> None:
@@ -154,7 +152,7 @@ def _set_session_state(
     session.active_response_id = response_id
     session.last_task_error = error
     save_session_fields(session, ["status", "active_response_id", "last_task_error", "updated_at"])
-    record_event(session_id=session.id, payload=_status_event(session))
+    record_event(session_id=session.id, payload=session_status_event(session))
     updates.announce_session(session_id=session.id)
 
 
@@ -169,15 +167,11 @@ def _finish_turn(response: Turn, *, status: str, error: dict | None, model: str)
     approvals.cancel_pending(
         session_id=response.session_id, turn_ids=[response.id], reason="the turn ended"
     )
-    event_types: dict[str, str] = {
-        Turn.Status.COMPLETED: "response.completed",
-        Turn.Status.FAILED: "response.failed",
-        Turn.Status.CANCELLED: "response.cancelled",
-    }
-    event_type = event_types[status]
     record_event(
         session_id=response.session_id,
-        payload={"type": event_type, "response": response_payload(response, model=model)},
+        payload=response_event(
+            RESPONSE_END_EVENTS[status], response_payload(response, model=model)
+        ),
     )
 
 
@@ -219,10 +213,7 @@ def _store_message(
     insert_row(item)
     record_event(
         session_id=session.id,
-        payload={
-            "type": "session.input.consumed",
-            "data": {"item_id": item.id, "type": item.type, "data": item.data},
-        },
+        payload=input_consumed_event(item_id=item.id, item_type=item.type, data=item.data),
     )
     if session.status in (Session.Status.IDLE, Session.Status.FAILED):
         _set_session_state(session, status=Session.Status.RUNNING, response_id=response.id)
@@ -394,86 +385,80 @@ class _Run:
 
 
 def _apply(run: _Run, event: protocol.AnyEvent | protocol.UnparsedEvent) -> None:
-    session = run.session
-    if isinstance(event, protocol.OutputTextDelta):  # the most frequent first
-        record_event(
-            session_id=session.id,
-            payload={
-                "type": "response.output_text.delta",
-                "response_id": event.response_id,
-                "item_id": event.item_id,
-                "delta": event.delta,
-            },
-        )
-    elif isinstance(event, protocol.OutputItemDone):
-        _apply_item(run, event)
-    elif isinstance(event, protocol.SessionStatus):
-        _apply_status(run, event)
-    elif isinstance(event, protocol.ResponseCreated):
-        response = run.turn(event.response_id)
-        if response is None:
-            raise MalformedEvent("response.created for an unknown response")
-        output: list[dict[str, Any]] | None = None
-        if response.status == Turn.Status.QUEUED:
-            response.status = Turn.Status.IN_PROGRESS
-            update_row(response, ["status"])
-            output = []  # nothing of a turn that only now starts (its input is not output)
-        payload = response_payload(response, model=run.model, output=output)
-        record_event(
-            session_id=session.id, payload={"type": "response.created", "response": payload}
-        )
-        record_event(
-            session_id=session.id, payload={"type": "response.in_progress", "response": payload}
-        )
-    elif isinstance(
-        event, protocol.ResponseCompleted | protocol.ResponseFailed | protocol.ResponseCancelled
-    ):
-        response = run.turn(event.response_id)
-        if response is None:
-            raise MalformedEvent(f"{protocol.frame_type(event)} for an unknown response")
-        _finish_turn(
-            response,
-            status=TURN_END_STATUS[type(event)],
-            error=_error(event.error),
-            model=run.model,
-        )
-    elif isinstance(event, protocol.WorkspaceChanges):
-        try:
-            environment_id = apply_workspace_changes(
-                session=session, payload=protocol.to_builtins(event)
-            )
-        except ValueError as exc:
-            raise MalformedEvent(str(exc)) from exc
-        record_event(
-            session_id=session.id,
-            payload={
-                "type": "session.changed_files.invalidated",
-                "session_id": session.id,
-                "environment_id": environment_id,
-            },
-        )
-    elif isinstance(event, protocol.ApprovalRequested):
-        _apply_approval_requested(run, event)
-    elif isinstance(event, protocol.PolicyDenied):
-        if run.turn(event.response_id) is None:
-            raise MalformedEvent("policy.denied for an unknown response")
-        record_event(
-            session_id=session.id,
-            payload=dict(
-                policy_denied_event(
-                    session_id=session.id,
-                    response_id=event.response_id,
-                    call_id=event.call_id,
-                    tool=event.tool,
-                    policy_name=event.policy_name,
-                    reason=event.reason,
-                )
-            ),
-        )
-    elif isinstance(event, protocol.UnparsedEvent):
+    """Apply one runner event with the handler for its type (``HANDLERS``), as Channels
+    dispatches a message by its type. An event the protocol module could not parse, or
+    one no handler takes, is malformed: logged, acknowledged and skipped by ``record``."""
+    if isinstance(event, protocol.UnparsedEvent):
         raise MalformedEvent(event.error)
-    else:
+    handler = HANDLERS.get(type(event))
+    if handler is None:
         raise MalformedEvent(f"{protocol.frame_type(event)} is not handled by this server")
+    handler(run, event)
+
+
+def _apply_text_delta(run: _Run, event: protocol.OutputTextDelta) -> None:
+    record_event(
+        session_id=run.session.id,
+        payload=output_text_delta_event(
+            response_id=event.response_id, item_id=event.item_id, delta=event.delta
+        ),
+    )
+
+
+def _apply_response_created(run: _Run, event: protocol.ResponseCreated) -> None:
+    """A turn starts: ``queued`` becomes ``in_progress``; watchers get both events."""
+    response = run.turn(event.response_id)
+    if response is None:
+        raise MalformedEvent("response.created for an unknown response")
+    output: list[dict[str, Any]] | None = None
+    if response.status == Turn.Status.QUEUED:
+        response.status = Turn.Status.IN_PROGRESS
+        update_row(response, ["status"])
+        output = []  # nothing of a turn that only now starts (its input is not output)
+    body = response_payload(response, model=run.model, output=output)
+    record_event(session_id=run.session.id, payload=response_event("response.created", body))
+    record_event(session_id=run.session.id, payload=response_event("response.in_progress", body))
+
+
+def _apply_turn_end(run: _Run, event: protocol.TurnEnd) -> None:
+    response = run.turn(event.response_id)
+    if response is None:
+        raise MalformedEvent(f"{protocol.frame_type(event)} for an unknown response")
+    _finish_turn(
+        response, status=TURN_END_STATUS[type(event)], error=_error(event.error), model=run.model
+    )
+
+
+def _apply_workspace_changes(run: _Run, event: protocol.WorkspaceChanges) -> None:
+    session = run.session
+    try:
+        environment_id = apply_workspace_changes(
+            session=session, payload=protocol.to_builtins(event)
+        )
+    except ValueError as exc:
+        raise MalformedEvent(str(exc)) from exc
+    record_event(
+        session_id=session.id,
+        payload=changed_files_invalidated_event(
+            session_id=session.id, environment_id=environment_id
+        ),
+    )
+
+
+def _apply_policy_denied(run: _Run, event: protocol.PolicyDenied) -> None:
+    if run.turn(event.response_id) is None:
+        raise MalformedEvent("policy.denied for an unknown response")
+    record_event(
+        session_id=run.session.id,
+        payload=policy_denied_event(
+            session_id=run.session.id,
+            response_id=event.response_id,
+            call_id=event.call_id,
+            tool=event.tool,
+            policy_name=event.policy_name,
+            reason=event.reason,
+        ),
+    )
 
 
 def _apply_approval_requested(run: _Run, event: protocol.ApprovalRequested) -> None:
@@ -581,5 +566,21 @@ def _apply_item(run: _Run, event: protocol.OutputItemDone) -> None:
         shown = item.flat()
     record_event(
         session_id=session.id,
-        payload={"type": "response.output_item.done", "response_id": response_id, "item": shown},
+        payload=output_item_done_event(response_id=response_id, item=shown),
     )
+
+
+# The handler of each runner event type (the members of ``protocol.AnyEvent``; a test
+# holds the two to the same list).
+HANDLERS: dict[type[protocol.Event], Callable[[_Run, Any], None]] = {
+    protocol.SessionStatus: _apply_status,
+    protocol.ResponseCreated: _apply_response_created,
+    protocol.OutputTextDelta: _apply_text_delta,
+    protocol.OutputItemDone: _apply_item,
+    protocol.ResponseCompleted: _apply_turn_end,
+    protocol.ResponseFailed: _apply_turn_end,
+    protocol.ResponseCancelled: _apply_turn_end,
+    protocol.ApprovalRequested: _apply_approval_requested,
+    protocol.PolicyDenied: _apply_policy_denied,
+    protocol.WorkspaceChanges: _apply_workspace_changes,
+}

@@ -1,10 +1,12 @@
 """The JSON shapes of approvals and policies (approvals.md).
 
-The stream events and the answer endpoints are **compat** shapes: Omnigent's SDK reads
+The question event and the answer endpoints are **compat** shapes: Omnigent's SDK reads
 ``response.elicitation_request`` with its ``on_elicitation_request`` hook and drops a
 payload that lacks a required field, so every field listed here is always present.
 Typed dicts rendered by plain functions and documented from the same classes, like
-``sessions/shapes.py``; no DRF here (the runner-event code renders these too).
+``sessions/shapes.py``; no DRF here (the runner-event code renders these too). The
+question event is here because the snapshot lists open questions in its shape; the
+other approval events are with the rest of the session stream's (``stream_events.py``).
 """
 
 from __future__ import annotations
@@ -114,64 +116,6 @@ def elicitation_request_event(approval: Approval) -> ElicitationRequestEvent:
 
 def pending_elicitations(approvals: Iterable[Approval]) -> list[ElicitationRequestEvent]:
     return [elicitation_request_event(approval) for approval in approvals]
-
-
-class ElicitationResolvedEvent(TypedDict):
-    """``response.elicitation_resolved``: the verdict the runner was told. An expired
-    question reads ``action: "cancel"``, ``reason: "unanswered"``."""
-
-    type: Literal["response.elicitation_resolved"]
-    elicitation_id: str
-    action: VerdictAction
-    reason: NotRequired[str]
-    resolved_by: NotRequired[Annotated[str, Doc("the user id of who answered")]]
-
-
-def elicitation_resolved_event(
-    approval: Approval, *, resolved_by: str | None
-) -> ElicitationResolvedEvent:
-    action = approval.action
-    assert action is not None, "only a resolved approval has an action"
-    event: ElicitationResolvedEvent = {
-        "type": "response.elicitation_resolved",
-        "elicitation_id": approval.id,
-        "action": cast(VerdictAction, action),
-    }
-    if approval.reason:
-        event["reason"] = approval.reason
-    if resolved_by:
-        event["resolved_by"] = resolved_by
-    return event
-
-
-class PolicyDeniedEvent(TypedDict):
-    """``response.policy_denied``: a rule refused a tool call; the turn goes on."""
-
-    type: Literal["response.policy_denied"]
-    conversation_id: Annotated[str, Doc("the session's id")]
-    session_id: str
-    response_id: str
-    call_id: str
-    tool: str
-    policy_name: str
-    reason: str
-    phase: Literal["tool_call"]
-
-
-def policy_denied_event(
-    *, session_id: str, response_id: str, call_id: str, tool: str, policy_name: str, reason: str
-) -> PolicyDeniedEvent:
-    return {
-        "type": "response.policy_denied",
-        "conversation_id": session_id,
-        "session_id": session_id,
-        "response_id": response_id,
-        "call_id": call_id,
-        "tool": tool,
-        "policy_name": policy_name,
-        "reason": reason,
-        "phase": "tool_call",
-    }
 
 
 # --- endpoints --------------------------------------------------------------------------

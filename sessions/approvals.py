@@ -26,13 +26,10 @@ from omnigent_runner import protocol
 from omnigent_site.domain_errors import InvalidInput, NotFound
 
 from . import selectors, updates
-from .approval_shapes import (
-    approval_message,
-    elicitation_request_event,
-    elicitation_resolved_event,
-)
+from .approval_shapes import approval_message
 from .eventlog import record_event
 from .models import Approval, Session, Turn
+from .stream_events import elicitation_request_event, elicitation_resolved_event
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User as AuthUser
@@ -112,7 +109,7 @@ def record_requested(*, session: Session, turn: Turn, event: protocol.ApprovalRe
         # Another writer stored it first (the session lock makes this rare).
         again = Approval.objects.get(session=session, response_id=turn.id, call_id=event.call_id)
         return Asked(_asked_again(again), False)
-    record_event(session_id=session.id, payload=dict(elicitation_request_event(approval)))
+    record_event(session_id=session.id, payload=elicitation_request_event(approval))
     updates.announce_session(session_id=session.id)  # its list row counts open questions
     return Asked(approval, created=True)
 
@@ -188,10 +185,8 @@ def _publish_resolved(approval: Approval) -> None:
     user = approval.resolved_by
     record_event(
         session_id=approval.session_id,
-        payload=dict(
-            elicitation_resolved_event(
-                approval, resolved_by=user.get_username() if user is not None else None
-            )
+        payload=elicitation_resolved_event(
+            approval, resolved_by=user.get_username() if user is not None else None
         ),
     )
     updates.announce_session(session_id=approval.session_id)

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -26,6 +26,9 @@ from omnigent_site.runtime.channel_layer import group_may_have_members
 
 from .models import Session, SessionEvent
 
+if TYPE_CHECKING:
+    from .stream_events import StoredEvent
+
 log = logging.getLogger(__name__)
 
 PRUNE_EVERY = 100
@@ -36,8 +39,9 @@ def session_group(session_id: str) -> str:
     return f"session.{session_id}"
 
 
-def record_event(*, session_id: str, payload: dict[str, Any]) -> SessionEvent:
-    """Store ``payload`` (which carries its ``type``) as the session's next event."""
+def record_event(*, session_id: str, payload: StoredEvent) -> SessionEvent:
+    """Store ``payload`` as the session's next event: one of the shapes of
+    ``stream_events.py``, built by its function there."""
     assert "type" in payload, "an event payload names its type"
     writer = getattr(_writing, "writer", None)
     if writer is not None and writer.session_id == session_id:
@@ -68,7 +72,7 @@ class _EventWriter:
         self.fields: set[str] = set()
         self.at_end: dict[Hashable, Callable[[], None]] = {}
 
-    def add(self, payload: dict[str, Any]) -> SessionEvent:
+    def add(self, payload: StoredEvent) -> SessionEvent:
         self.session.last_event_seq += 1
         event = SessionEvent(
             session_id=self.session_id,
@@ -245,7 +249,7 @@ def _prune(*, session_id: str, newest: int) -> None:
     SessionEvent.objects.filter(session_id=session_id, seq__lte=newest - keep).delete()
 
 
-def sse_frame(payload: dict[str, Any], *, seq: int | None = None) -> str:
+def sse_frame(payload: Mapping[str, Any], *, seq: int | None = None) -> str:
     """One Server-Sent Events frame: ``event:``, ``id:`` (the sequence) and ``data:``."""
     lines = [f"event: {payload['type']}"]
     if seq is not None:

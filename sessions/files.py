@@ -24,7 +24,7 @@ from omnigent_site.domain_errors import InvalidInput, NotFound, PayloadTooLarge
 from . import file_store, file_types
 from .eventlog import record_event
 from .models import FileBlob, Session, SessionFile
-from .shapes import session_file_body
+from .stream_events import resource_created_event, resource_deleted_event
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User as AuthUser
@@ -87,14 +87,7 @@ def add_session_file(
                 content_type=content_type,
                 created_by=user,
             )
-            record_event(
-                session_id=session.id,
-                payload={
-                    "type": "session.resource.created",
-                    "session_id": session.id,
-                    "resource": dict(session_file_body(row)),
-                },
-            )
+            record_event(session_id=session.id, payload=resource_created_event(row))
         return row
     except BaseException:
         writer.discard()
@@ -111,12 +104,7 @@ def delete_session_file(*, session: Session, file: SessionFile) -> None:
             raise NotFound(f"file {file.pk!r} not found in this session")
         record_event(
             session_id=session.id,
-            payload={
-                "type": "session.resource.deleted",
-                "session_id": session.id,
-                "resource_id": file.pk,
-                "resource_type": "file",
-            },
+            payload=resource_deleted_event(session_id=session.id, resource_id=file.pk),
         )
     collect_blobs([sha256])
 

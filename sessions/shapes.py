@@ -325,33 +325,6 @@ def me_body(*, user_id: str, is_admin: bool) -> MeOut:
     return {"user_id": user_id, "is_admin": is_admin}
 
 
-# --- session-list updates (GET /v1/sessions/updates) ----------------------------------
-
-
-class SessionRowEvent(TypedDict):
-    """``session.added`` / ``session.updated``: the row as ``GET /v1/sessions`` lists it."""
-
-    type: Literal["session.added", "session.updated"]
-    session: SessionRowOut
-
-
-class SessionRemovedEvent(TypedDict):
-    """``session.removed``: the session left the user's list (deleted or access revoked)."""
-
-    type: Literal["session.removed"]
-    session_id: str
-
-
-def session_row_event(
-    kind: Literal["session.added", "session.updated"], session: Session, *, level: int
-) -> SessionRowEvent:
-    return {"type": kind, "session": session_row(session, level=level)}
-
-
-def session_removed_event(session_id: str) -> SessionRemovedEvent:
-    return {"type": "session.removed", "session_id": session_id}
-
-
 # --- session files (files.md §1) --------------------------------------------------------
 
 

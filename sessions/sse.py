@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -38,7 +38,7 @@ GROUP_REFRESH_S = 3600.0
 Inbox = asyncio.Queue[dict[str, Any]]
 
 
-def frame(payload: dict[str, Any], *, seq: int | None = None) -> bytes:
+def frame(payload: Mapping[str, Any], *, seq: int | None = None) -> bytes:
     return sse_frame(payload, seq=seq).encode("utf-8")
 
 

@@ -24,6 +24,7 @@ from omnigent_site.runtime.flow import WriteWatch
 from .eventlog import session_group
 from .models import Session, SessionEvent
 from .sse import DONE, GroupFeed, frame
+from .stream_events import session_heartbeat_event, session_resync_event, stream_overflow_event
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +103,7 @@ class SessionStream:
         async with GroupFeed(session_group(self.session_id)) as feed:
             self.watch.start()
             try:
-                yield frame({"type": "session.heartbeat", "session_id": self.session_id})
+                yield frame(session_heartbeat_event(self.session_id))
                 bounds = await log_bounds(self.session_id)
                 if bounds is None:
                     yield DONE
@@ -127,7 +128,7 @@ class SessionStream:
                 chunks.append(DONE)
                 return True
             if kind == "stream.heartbeat" and len(batch) == 1:
-                chunks.append(frame({"type": "session.heartbeat", "session_id": self.session_id}))
+                chunks.append(frame(session_heartbeat_event(self.session_id)))
             elif kind == "session.events" and await self._render_events(message["events"], chunks):
                 return True
         return False
@@ -153,7 +154,7 @@ class SessionStream:
             return
         pruned = first is None or first > self.after + 1
         if self.after > last or (self.after < last and pruned):
-            yield frame({"type": "session.resync", "session_id": self.session_id})
+            yield frame(session_resync_event(self.session_id))
             self.last = (first - 1) if first is not None and self.after <= last else last
         else:
             self.last = self.after
@@ -181,11 +182,4 @@ class SessionStream:
 
     def _overflow(self) -> bytes:
         log.info("stream of %s: subscriber fell behind at %s, closing", self.session_id, self.last)
-        return frame(
-            {
-                "type": "stream.overflow",
-                "session_id": self.session_id,
-                "last_event_id": self.last,
-                "message": "the client fell too far behind; reconnect with Last-Event-ID",
-            }
-        )
+        return frame(stream_overflow_event(session_id=self.session_id, last_event_id=self.last))

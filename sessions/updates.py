@@ -32,7 +32,7 @@ of the block; each is one statement on PostgreSQL (``list_log``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 from django.db import transaction
 
@@ -41,9 +41,8 @@ from .eventlog import Publication, at_block_end, publish_later, send_all, sse_fr
 from .list_watch import lists_open
 from .models import ListEvent, Permission, Session
 from .selectors import runner_session_list_rows, session_list_rows, user_session_list_rows
-from .shapes import session_removed_event, session_row_event
+from .updates_events import RowKind, UpdatesEvent, session_removed_event, session_row_event
 
-RowKind = Literal["session.added", "session.updated"]
 ADDED: RowKind = "session.added"
 UPDATED: RowKind = "session.updated"
 _LOGGED: dict[str, str] = {ADDED: ListEvent.Kind.ADDED, UPDATED: ListEvent.Kind.UPDATED}
@@ -134,7 +133,7 @@ class _Rows:
         for user_pk, level, row in self.read():
             seq = self.numbers.get((user_pk, row.id))
             if seq is not None:
-                payload = dict(session_row_event(self.kind, row, level=level))
+                payload = session_row_event(self.kind, row, level=level)
                 messages.append((seq, user_group(user_pk), _message(payload, seq)))
         messages.sort(key=lambda message: message[0])
         return [(group, message) for _seq, group, message in messages]
@@ -151,12 +150,12 @@ def _publish_after_commit(key: tuple[Any, ...], rows: _Rows) -> None:
 
 def removed_publications(numbers: list_log.Numbered) -> list[Publication]:
     return [
-        (user_group(user_pk), _message(dict(session_removed_event(session_id)), seq))
+        (user_group(user_pk), _message(session_removed_event(session_id), seq))
         for (user_pk, session_id), seq in sorted(numbers.items(), key=lambda item: item[1])
     ]
 
 
-def _message(payload: dict[str, Any], seq: int) -> dict[str, Any]:
+def _message(payload: UpdatesEvent, seq: int) -> dict[str, Any]:
     return {"type": "session.updates", "seq": seq, "frame": sse_frame(payload, seq=seq)}
 
 
@@ -194,10 +193,10 @@ def missed_frames(*, user_pk: int, after: int, upto: int) -> list[tuple[int, str
     for session_id, (seq, _kind) in sorted(newest.items(), key=lambda item: item[1][0]):
         current = shown.get(session_id)
         if current is None:  # removed, or no longer the user's (its removal is logged)
-            payload: dict[str, Any] = dict(session_removed_event(session_id))
+            payload: UpdatesEvent = session_removed_event(session_id)
         else:
             level, row = current
             kind = ADDED if session_id in added else UPDATED
-            payload = dict(session_row_event(kind, row, level=level))
+            payload = session_row_event(kind, row, level=level)
         frames.append((seq, sse_frame(payload, seq=seq)))
     return frames

@@ -24,6 +24,7 @@ from django.conf import settings
 from .list_watch import mark_list_open
 from .sse import DONE, GroupFeed, frame
 from .updates import log_bounds, missed_frames, user_group
+from .updates_events import list_heartbeat_event, list_resync_event
 
 _log_bounds = sync_to_async(log_bounds)
 _missed_frames = sync_to_async(missed_frames)
@@ -45,7 +46,7 @@ class UpdatesStream:
         marked = time.monotonic()
         async with GroupFeed(user_group(self.user_pk)) as feed:
             newest, oldest = await _log_bounds(user_pk=self.user_pk)
-            yield frame({"type": "session.heartbeat"})
+            yield frame(list_heartbeat_event())
             self.last = newest
             if self.after is not None:
                 async for chunk in self._resume(newest, oldest, self.after):
@@ -64,7 +65,7 @@ class UpdatesStream:
     async def _resume(self, newest: int, oldest: int | None, after: int) -> AsyncIterator[bytes]:
         kept = after == newest or (oldest is not None and oldest <= after + 1 <= newest)
         if not kept:
-            yield frame({"type": "session.resync"}, seq=newest)
+            yield frame(list_resync_event(), seq=newest)
             return
         for _seq, rendered in await _missed_frames(user_pk=self.user_pk, after=after, upto=newest):
             yield rendered.encode("utf-8")
@@ -78,7 +79,7 @@ class UpdatesStream:
                 chunks.append(DONE)
                 return chunks, True
             if kind == "stream.heartbeat" and len(batch) == 1:
-                chunks.append(frame({"type": "session.heartbeat"}))
+                chunks.append(frame(list_heartbeat_event()))
             elif kind == "session.updates":
                 seq = int(message["seq"])
                 if seq <= self.last:
