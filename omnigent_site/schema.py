@@ -296,6 +296,41 @@ class TypedDictShapes(OpenApiSerializerExtension):
         return ShapeMapper(auto_schema, direction).object_schema(self.target)
 
 
+class EventStream:
+    """The ``text/event-stream`` body of an SSE operation, for ``@extend_schema``.
+
+    OpenAPI 3.0 has no schema for a whole stream, so ``frame`` (a schema) describes one
+    frame's fields, ``event``, ``id`` and ``data``: what schemathesis validates every
+    frame it reads against. ``data`` is JSON in a string, so the payloads cannot be its
+    schema; ``events`` maps each event type to the ``TypedDict`` of its payload, each
+    becomes a component, and ``data`` names them by type in ``x-events``.
+    """
+
+    def __init__(self, name: str, *, frame: dict[str, Any], events: dict[str, type]) -> None:
+        self.name = name
+        self.frame = frame
+        self.events = events
+
+
+class EventStreamFrames(OpenApiSerializerExtension):
+    """Documents an ``EventStream`` as a frame component that refers to its payloads."""
+
+    target_class = EventStream
+
+    def get_name(self, auto_schema: Any, direction: Any) -> str:
+        return str(self.target.name)
+
+    def map_serializer(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        stream: EventStream = self.target
+        payloads = {
+            kind: dict(auto_schema.resolve_serializer(shape, direction).ref)
+            for kind, shape in stream.events.items()
+        }
+        properties = dict(stream.frame["properties"])
+        properties["data"] = {**properties["data"], "x-events": payloads}
+        return {**stream.frame, "properties": properties}
+
+
 # --- operation helpers --------------------------------------------------------------
 
 ERROR_DESCRIPTIONS = {

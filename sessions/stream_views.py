@@ -14,9 +14,10 @@ from rest_framework.request import Request
 from omnigent_site.async_views import AsyncAPIView
 from omnigent_site.renderers import JSONRenderer
 from omnigent_site.runtime.flow import SCOPE_KEY
-from omnigent_site.schema import error_responses
+from omnigent_site.schema import EventStream, error_responses
 from omnigent_site.stream_slots import SlotStreamingResponse, claim_stream_slot
 
+from . import stream_events
 from .permissions import SessionAccess, SessionScopedMixin
 from .stream import RESUME_POINT_SCHEMA, SessionStream, parse_resume_point
 
@@ -34,24 +35,28 @@ def sse_event_schema(description: str) -> dict[str, Any]:
         "properties": {
             "event": {"type": "string", "description": "the event type (`type` in `data`)"},
             "id": {"type": "string", "pattern": "^[0-9]+$", "description": "the resume point"},
-            "data": {"type": "string", "description": "the event as JSON, or `[DONE]`"},
+            "data": {
+                "type": "string",
+                "description": "the event as JSON (its shape by `type`: `x-events`), or `[DONE]`",
+            },
             "retry": {"type": "integer"},
         },
     }
 
 
 # The body is not JSON: a stream of ``id:``/``event:``/``data:`` frames. The frame format
-# and the event types are described here.
-EVENT_STREAM = sse_event_schema(
-    "Frames `id: <seq>\\nevent: <type>\\ndata: <json>\\n\\n`; the JSON carries `type`. "
-    "First a `session.heartbeat`, then stored events after the resume point, then live "
-    "events; a heartbeat every 15 s while idle; `data: [DONE]` when the session is "
-    "deleted or the server shuts down. Event types: `session.status`, "
-    "`session.input.consumed`, `response.created`, `response.in_progress`, "
-    "`response.completed`, `response.failed`, `response.cancelled` (their `response` has "
-    "the fields of `ResponseOut` with `model` in place of `completed_at`), "
-    "`response.output_text.delta`, `response.output_item.done`, "
-    "`session.changed_files.invalidated`, `session.resync`."
+# is described here, the events in ``stream_events.py``.
+EVENT_STREAM = EventStream(
+    "SessionStreamFrame",
+    frame=sse_event_schema(
+        "Frames `id: <seq>\\nevent: <type>\\ndata: <json>\\n\\n`; the JSON carries `type`. "
+        "First a `session.heartbeat`, then stored events after the resume point, then live "
+        "events; a heartbeat every 15 s while idle; `data: [DONE]` when the session is "
+        "deleted or the server shuts down. Event types: "
+        + ", ".join(f"`{kind}`" for kind in stream_events.EVENTS)
+        + "."
+    ),
+    events=stream_events.EVENTS,
 )
 
 

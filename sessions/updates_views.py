@@ -9,8 +9,9 @@ from rest_framework.request import Request
 
 from omnigent_site.async_views import AsyncAPIView
 from omnigent_site.authentication import request_user
-from omnigent_site.schema import error_responses
+from omnigent_site.schema import EventStream, error_responses
 
+from . import updates_events
 from .stream import parse_resume_point
 from .stream_views import (
     EventStreamViewMixin,
@@ -20,16 +21,19 @@ from .stream_views import (
 )
 from .updates_stream import UpdatesStream
 
-UPDATES_STREAM = sse_event_schema(
-    "Frames `id: <n>\\nevent: <type>\\ndata: <json>\\n\\n`, `n` the event's number in the "
-    "caller's list log. First a `session.heartbeat` (no `id`); then, with `Last-Event-ID` "
-    "(or `?after=`), what changed since: each session's current row (or its removal), "
-    "or a `session.resync` (reload `GET /v1/sessions`) when the log no longer reaches "
-    "back that far; then live events: `session.added` and `session.updated` "
-    "`{type, session}` (`SessionRowEvent`, the list row), `session.removed` "
-    "`{type, session_id}` (`SessionRemovedEvent`), for every session the caller holds a "
-    "grant on; a heartbeat every 15 s while idle; `data: [DONE]` when the server shuts "
-    "down."
+UPDATES_STREAM = EventStream(
+    "SessionListStreamFrame",
+    frame=sse_event_schema(
+        "Frames `id: <n>\\nevent: <type>\\ndata: <json>\\n\\n`, `n` the event's number in "
+        "the caller's list log. First a `session.heartbeat` (no `id`); then, with "
+        "`Last-Event-ID` (or `?after=`), what changed since: each session's current row "
+        "(or its removal), or a `session.resync` (reload `GET /v1/sessions`) when the log "
+        "no longer reaches back that far; then live events: `session.added`, "
+        "`session.updated`, `session.removed`, for every session the caller holds a "
+        "grant on; a heartbeat every 15 s while idle; `data: [DONE]` when the server "
+        "shuts down."
+    ),
+    events=updates_events.EVENTS,
 )
 
 
