@@ -1,8 +1,9 @@
 """Turn and session state driven by the runner, and the commands that start turns.
 
-``record`` stores each runner event once per ``(session_id, seq)`` and applies it:
-items, turn status, session status (with sticky ``failed``), file changes, and an
-entry in the session event log for watchers. Views call ``accept_message`` and
+``record`` stores each runner event once per ``(session_id, seq)`` and applies it with
+the handler for its type (``HANDLERS``): items, turn status, session status (with
+sticky ``failed``), file changes, and an entry in the session event log for watchers
+(built by ``sessions.stream_events``). Views call ``accept_message`` and
 ``fail_turn``; the tunnel consumer calls ``record``. Nothing else writes these facts.
 """
 
