@@ -24,17 +24,12 @@ from typing_extensions import Doc, TypedDict
 
 from omnigent_site.shapes import ErrorInfo
 
-from .approval_shapes import ElicitationRequestEvent, VerdictAction, elicitation_request_event
+# The question event is defined with the snapshot's shapes; it is part of this stream too.
+from .approval_shapes import ElicitationRequestEvent as ElicitationRequestEvent
+from .approval_shapes import VerdictAction
+from .approval_shapes import elicitation_request_event as elicitation_request_event
 from .models import Approval, Session, SessionFile, Turn
 from .shapes import FlatItemOut, ResponseEventOut, SessionFileOut, session_file_body
-
-__all__ = [
-    "EVENTS",
-    "STORED_EVENTS",
-    "ElicitationRequestEvent",
-    "StoredEvent",
-    "elicitation_request_event",
-]
 
 # --- frames of the stream itself (never stored) -----------------------------------------
 

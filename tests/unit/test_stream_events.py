@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
@@ -204,6 +204,8 @@ def test_optional_keys_are_left_out_when_there_is_nothing_to_say() -> None:
 def test_stored_events_are_the_session_stream_without_its_own_frames() -> None:
     own = {"session.heartbeat", "session.resync", "stream.overflow"}
     assert set(stream_events.STORED_EVENTS) == set(stream_events.EVENTS) - own
+    # The type ``record_event`` takes lists the same shapes as the table.
+    assert set(get_args(stream_events.StoredEvent)) == set(stream_events.STORED_EVENTS.values())
 
 
 def test_frames_are_byte_for_byte_the_wire_format() -> None:
