@@ -1142,6 +1142,8 @@ def flatten(run: dict[str, Any]) -> dict[str, float]:
             put(f"{base}.turns_per_s", rnd["turns_per_s"])
             put(f"{base}.p50_ms", rnd["turn"]["p50_ms"])
             put(f"{base}.p95_ms", rnd["turn"]["p95_ms"])
+            put(f"{base}.p99_ms", rnd["turn"]["p99_ms"])
+            put(f"{base}.max_ms", rnd["turn"]["max_ms"])
             for proc, ms in rnd["cpu_ms_per_turn"].items():
                 put(f"{base}.cpu_ms.{proc}", ms)
             for proc, ms in rnd.get("cpu_ms_per_turn_by_process", {}).items():
@@ -1169,6 +1171,31 @@ def flatten(run: dict[str, Any]) -> dict[str, float]:
             ):
                 put(f"{base}.{key}", rnd.get(key))
     return flat
+
+
+def latency_table(flats: list[dict[str, float]]) -> dict[str, list[dict[str, float]]]:
+    """Per run, each concurrent round's per-turn p50/p99/max (ms), printed as a table:
+    a turn that waits on a timer shows up as one run's max far above its p99."""
+    table: dict[str, list[dict[str, float]]] = {}
+    for mode in ("poll", "stream"):
+        for number in (1, 2):
+            base = f"{mode}.round{number}"
+            if not any(f"{base}.max_ms" in flat for flat in flats):
+                continue
+            table[base] = [
+                {k: flat.get(f"{base}.{k}_ms", float("nan")) for k in ("p50", "p99", "max")}
+                for flat in flats
+            ]
+    if table:
+        print("== per-turn latency of each run (ms): p50 / p99 / max", flush=True)
+        print("   " + f"{'run':>4}" + "".join(f" {base:>26}" for base in table), flush=True)
+        for index in range(len(flats)):
+            cells = "".join(
+                " {p50:>8.0f} {p99:>8.0f} {max:>8.0f}".format(**rows[index])
+                for rows in table.values()
+            )
+            print(f"   {index + 1:>4}{cells}", flush=True)
+    return table
 
 
 def spread(flats: list[dict[str, float]]) -> dict[str, list[float]]:
@@ -1375,6 +1402,11 @@ def main() -> int:
         action="store_true",
         help="sample only the thread holding the GIL (where CPU goes, not where threads wait)",
     )
+    parser.add_argument(
+        "--rounds-only",
+        action="store_true",
+        help="only the concurrent rounds (section 4): fresh sessions, no floor or single turns",
+    )
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args()
     args.modes = {m.strip() for m in args.modes.split(",") if m.strip()}
@@ -1393,7 +1425,6 @@ def main() -> int:
         parser.error("--cross needs --servers 2 or more")
     if args.scaling and args.profile is not None:
         parser.error("--profile profiles one configuration: use it with --servers, not --scaling")
-    args.rounds_only = False
     sigterm_as_interrupt()
 
     result: dict[str, Any] = {
@@ -1433,6 +1464,7 @@ def main() -> int:
     print(f"== spread over {args.runs} run(s): min / median / max", flush=True)
     for key, (low, mid, high) in result["spread_min_median_max"].items():
         print(f"   {key:48s} {low:>10g} {mid:>10g} {high:>10g}", flush=True)
+    result["latency_by_run"] = latency_table(flats)
     print("== in multiples of the floor (medians)", flush=True)
     for key, value in result["floor_multiples"].items():
         print(f"   {key}: {value:g}", flush=True)
