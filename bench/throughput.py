@@ -53,7 +53,7 @@ The servers run with the client rate limits off, as every test server does;
 ``--throttles`` turns them on at rates nothing reaches, so that every request reads and
 writes its count in the shared cache as in production (on Redis with PostgreSQL).
 
-Run: ``.venv/bin/python bench/throughput.py [--runs 5] [--profile /tmp/prof]``,
+Run: ``.venv/bin/python -m bench.throughput [--runs 5] [--profile /tmp/prof]``,
 ``... --servers 2 [--cross] [--poll-etag]``, ``... --scaling 1,2,3``.
 The last line printed is JSON with every number.
 """
@@ -72,11 +72,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import httpx
 
-import httpx  # noqa: E402
-
-from bench._common import (  # noqa: E402
+from bench._common import (
     USER,
     Server,
     StubRunner,
@@ -101,7 +99,7 @@ from bench._common import (  # noqa: E402
     wait_runner_online,
     within,
 )
-from bench._load import (  # noqa: E402
+from bench._load import (
     CountingStream,
     CpuClock,
     MockLLM,
@@ -112,8 +110,8 @@ from bench._load import (  # noqa: E402
     open_streams,
     summarise_profile,
 )
-from omnigent_site.runtime.event_loop import EVENT_LOOPS  # noqa: E402
-from testing.processes import Process, base_env, free_port, migrate, spawn  # noqa: E402
+from omnigent_site.runtime.event_loop import EVENT_LOOPS
+from testing.processes import Process, base_env, free_port, migrate, spawn
 
 TURN_END = ("response.completed", "response.failed", "response.cancelled")
 SETTINGS = "bench.server_settings"
