@@ -51,25 +51,25 @@ demo: bootstrap
 	$(BIN)/python -m scripts.demo $(if $(KEEP),--keep)
 
 bench: bootstrap-dev
-	$(BIN)/python bench/relay.py
-	$(BIN)/python bench/turn.py
-	$(BIN)/python bench/turn.py --scale-out --turns 20
-	$(BIN)/python bench/throughput.py --runs 5 --no-tunnel-meter
-	$(BIN)/python bench/throughput.py --runs 2
-	$(BIN)/python bench/throughput.py --scaling 1,2,3
-	$(BIN)/python bench/throughput.py --scaling 1,2,3 --throttles
-	$(BIN)/python bench/throttle_check.py
-	$(BIN)/python bench/runner_llm.py
-	$(BIN)/python bench/stream.py
-	$(BIN)/python bench/channel_layers.py
-	$(BIN)/python bench/protocol.py
-	$(BIN)/python bench/render.py
-	$(BIN)/python bench/hostile.py
-	$(BIN)/python bench/tunnel_drops.py --drops 200
-	$(BIN)/python bench/fuzz.py --max-examples 150 --max-time 540
-	$(BIN)/python bench/policies.py
-	$(BIN)/python bench/files.py
-	$(BIN)/python bench/workspace.py
+	$(BIN)/python -m bench.relay
+	$(BIN)/python -m bench.turn
+	$(BIN)/python -m bench.turn --scale-out --turns 20
+	$(BIN)/python -m bench.throughput --runs 5 --no-tunnel-meter
+	$(BIN)/python -m bench.throughput --runs 2
+	$(BIN)/python -m bench.throughput --scaling 1,2,3
+	$(BIN)/python -m bench.throughput --scaling 1,2,3 --throttles
+	$(BIN)/python -m bench.throttle_check
+	$(BIN)/python -m bench.runner_llm
+	$(BIN)/python -m bench.stream
+	$(BIN)/python -m bench.channel_layers
+	$(BIN)/python -m bench.protocol
+	$(BIN)/python -m bench.render
+	$(BIN)/python -m bench.hostile
+	$(BIN)/python -m bench.tunnel_drops --drops 200
+	$(BIN)/python -m bench.fuzz --max-examples 150 --max-time 540
+	$(BIN)/python -m bench.policies
+	$(BIN)/python -m bench.files
+	$(BIN)/python -m bench.workspace
 
 lint: bootstrap-dev
 	$(BIN)/ruff format --check .

@@ -21,17 +21,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import httpx
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
-import httpx  # noqa: E402
-from websockets.asyncio.client import ClientConnection, connect  # noqa: E402
-from websockets.exceptions import ConnectionClosed  # noqa: E402
-
-from bench._stats import fmt, summary_ms  # noqa: E402, F401 - re-exported
-from omnigent_runner.bundles import build_bundle  # noqa: E402
-from testing.processes import (  # noqa: E402
+from bench._stats import fmt, summary_ms  # noqa: F401 - re-exported
+from omnigent_runner.bundles import build_bundle
+from testing.processes import (
     REDIS_URL,
     Server,
     base_env,
@@ -41,8 +37,9 @@ from testing.processes import (  # noqa: E402
     runner_env,
     start_server,
 )
-from testing.processes import wait_runner_online as wait_owned_runner_online  # noqa: E402
+from testing.processes import wait_runner_online as wait_owned_runner_online
 
+REPO = Path(__file__).resolve().parents[1]
 USER = "bench@example.com"
 TOKEN_HEADER = "X-Omnigent-Runner-Tunnel-Token"
 MAX_FRAME = 16 * 1024 * 1024

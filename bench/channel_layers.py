@@ -36,7 +36,7 @@ Both layers use Redis db 12 with a random key prefix per run; the run's keys are
 at the end. Django is not configured: of the project only ``omnigent_site.runtime.channel_layer``
 is imported, and the statistics come from ``bench/_stats.py``.
 
-Run: ``.venv/bin/python bench/channel_layers.py [-n 500] [--events 200] [--subscribers 100]``.
+Run: ``.venv/bin/python -m bench.channel_layers [-n 500] [--events 200] [--subscribers 100]``.
 The last line printed is JSON with every number.
 """
 
@@ -57,18 +57,15 @@ import traceback
 from collections.abc import Iterable
 from importlib import metadata
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any, Protocol, cast
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import redis
+from channels_redis.pubsub import RedisPubSubChannelLayer
+from redis import asyncio as aioredis
 
-import redis  # noqa: E402
-from channels_redis.pubsub import RedisPubSubChannelLayer  # noqa: E402
-from redis import asyncio as aioredis  # noqa: E402
-
-from bench._stats import fmt, summary_ms  # noqa: E402
-from omnigent_site.runtime.channel_layer import ScaleOutChannelLayer  # noqa: E402
-from testing.processes import drop_redis_keys  # noqa: E402
+from bench._stats import fmt, summary_ms
+from omnigent_site.runtime.channel_layer import ScaleOutChannelLayer
+from testing.processes import drop_redis_keys
 
 REDIS_URL = "redis://127.0.0.1:6379/12"
 HOST: dict[str, Any] = {

@@ -12,7 +12,7 @@ its default (20 MiB) unless ``--cap-mib`` says otherwise.
    to send before the server closed, the time to the 413, and the server's RSS
    (baseline after warm-up, peak sampled every 16 MiB sent and at the end).
 
-Run: ``.venv/bin/python bench/files.py [--uploads 20] [--size-mib 16]
+Run: ``.venv/bin/python -m bench.files [--uploads 20] [--size-mib 16]
 [--oversize-mib 1024]``. The last line printed is JSON with every number.
 """
 
@@ -24,12 +24,9 @@ import os
 import socket
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._common import (  # noqa: E402
+from bench._common import (
     MIB,
     USER,
     agent_bundle,
@@ -44,7 +41,7 @@ from bench._common import (  # noqa: E402
     sqlite_env,
     start_daphne,
 )
-from testing.processes import Server, migrate  # noqa: E402
+from testing.processes import Server, migrate
 
 
 def create_session(server: Server) -> str:

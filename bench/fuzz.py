@@ -18,12 +18,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._common import final_json, log_dir, run_main, sigterm_as_interrupt  # noqa: E402
-from testing import fuzzing  # noqa: E402
-from testing.mockllm import MockLLMServer  # noqa: E402
-from testing.processes import base_env, migrate, start_server  # noqa: E402
+from bench._common import final_json, log_dir, run_main, sigterm_as_interrupt
+from testing import fuzzing
+from testing.mockllm import MockLLMServer
+from testing.processes import base_env, migrate, start_server
 
 MODES: dict[str, tuple[dict[str, str], str | None]] = {
     "local": ({"OMNIGENT_LOCAL_SINGLE_USER": "1"}, None),

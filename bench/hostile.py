@@ -17,7 +17,7 @@ Each case is timed ``--repeat`` times; the median and the maximum are reported i
 ``--baseline`` also times ``yaml.safe_load`` on the 24 MiB text, what an upload cost
 before the cap (seconds).
 
-Run: ``.venv/bin/python bench/hostile.py [--repeat 5] [--baseline]``. The last line
+Run: ``.venv/bin/python -m bench.hostile [--repeat 5] [--baseline]``. The last line
 printed is JSON with every number.
 """
 
@@ -25,17 +25,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import yaml
 
-import yaml  # noqa: E402
-
-from bench._common import cpu_reference_us, final_json  # noqa: E402
-from omnigent_runner.bundles import BundleError, build_bundle, parse_bundle  # noqa: E402
+from bench._common import cpu_reference_us, final_json
+from omnigent_runner.bundles import BundleError, build_bundle, parse_bundle
 
 
 def padded_yaml(size: int) -> str:

@@ -8,7 +8,7 @@
    and a final text, timed from ``turn.start`` to the session going ``idle``. The rule
    sets are interleaved turn by turn so machine drift hits them alike.
 
-Run: ``.venv/bin/python bench/policies.py [--turns 200] [--repeat 5]``. The last line
+Run: ``.venv/bin/python -m bench.policies [--turns 200] [--repeat 5]``. The last line
 printed is JSON with every number.
 """
 
@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import base64
 import json
-import sys
 import tempfile
 import time
 import timeit
@@ -26,14 +25,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._stats import fmt, summary_ms  # noqa: E402
-from omnigent_runner import protocol  # noqa: E402
-from omnigent_runner.agent import AgentExecutor  # noqa: E402
-from omnigent_runner.bundles import build_bundle  # noqa: E402
-from omnigent_runner.policies import decide, parse_rules  # noqa: E402
-from testing.mockllm import MockLLMServer  # noqa: E402
+from bench._stats import fmt, summary_ms
+from omnigent_runner import protocol
+from omnigent_runner.agent import AgentExecutor
+from omnigent_runner.bundles import build_bundle
+from omnigent_runner.policies import decide, parse_rules
+from testing.mockllm import MockLLMServer
 
 ALLOW = {"name": "allow-read", "tools": ["sys_os_read"], "action": "allow"}
 MISSES = [

@@ -23,7 +23,7 @@ The models for ``dataclasses`` and ``pydantic`` are defined here with the same f
 and the same validation (types, ``seq >= 1``, extra keys ignored) as the protocol
 module's, for the frames measured.
 
-Run: ``.venv/bin/python bench/protocol.py [--repeat 7]``. The last line printed is JSON
+Run: ``.venv/bin/python -m bench.protocol [--repeat 7]``. The last line printed is JSON
 with every number.
 """
 
@@ -38,13 +38,10 @@ import timeit
 import types
 import typing
 from collections.abc import Callable
-from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._common import env_summary  # noqa: E402
-from omnigent_runner import protocol  # noqa: E402
+from bench._common import env_summary
+from omnigent_runner import protocol
 
 # ----------------------------------------------------------------------- sample frames
 

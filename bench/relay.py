@@ -8,7 +8,7 @@
 2. Idle runners per 100 MiB of daphne RSS: K stub runners complete the handshake and
    idle (answering pings) on a fresh single daphne process.
 
-Run: ``.venv/bin/python bench/relay.py [-n 500] [--warmup 50] [--runners 300]``.
+Run: ``.venv/bin/python -m bench.relay [-n 500] [--warmup 50] [--runners 300]``.
 The last line printed is JSON with every number.
 """
 
@@ -19,12 +19,9 @@ import asyncio
 import contextlib
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._common import (  # noqa: E402
+from bench._common import (
     MIB,
     Server,
     StubRunner,

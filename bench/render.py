@@ -14,7 +14,7 @@ with serializers written here to produce exactly the same JSON (checked before t
    ``GET /v1/agents`` and ``GET /v1/runners`` (20 rows each), once as the views are and
    once with the serializer swapped into the view.
 
-Run: ``.venv/bin/python bench/render.py [-n 300] [--repeat 5]``.
+Run: ``.venv/bin/python -m bench.render [-n 300] [--repeat 5]``.
 The last line printed is JSON with every number.
 """
 
@@ -25,16 +25,12 @@ import contextlib
 import json
 import os
 import secrets
-import sys
 import tempfile
 import timeit
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 USER = "bench@example.com"
 

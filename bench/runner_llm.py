@@ -15,7 +15,7 @@ avoided by sending the parameters as ``extra_body``) and the typed event stream
 (the same request through the plain ``create``, every event built as the SDK's
 pydantic model, avoided by reading the events as plain dicts).
 
-Run: ``.venv/bin/python bench/runner_llm.py [--items 40] [--calls 200] [--words 20]``.
+Run: ``.venv/bin/python -m bench.runner_llm [--items 40] [--calls 200] [--words 20]``.
 The last line printed is JSON with every number.
 """
 
@@ -24,30 +24,24 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import httpx2  # the SDK's own HTTP library
+import openai
+from openai._utils import async_maybe_transform
+from openai.types.chat import completion_create_params
+from openai.types.responses import response_create_params
 
-import httpx2  # noqa: E402 - the SDK's own HTTP library
-import openai  # noqa: E402
-from openai._utils import async_maybe_transform  # noqa: E402
-from openai.types.chat import completion_create_params  # noqa: E402
-from openai.types.responses import response_create_params  # noqa: E402
-
-from bench._stats import fmt, summary_ms  # noqa: E402
-from omnigent_runner.llm import ModelRequest, call_model  # noqa: E402
-from omnigent_runner.tools import sys_os  # noqa: E402
-from omnigent_runner.transcript import (  # noqa: E402
+from bench._stats import fmt, summary_ms
+from omnigent_runner.llm import ModelRequest, call_model
+from omnigent_runner.tools import sys_os
+from omnigent_runner.transcript import (
     to_chat_messages,
     to_responses_input,
     to_responses_tools,
 )
-from testing.mockllm import ChatTurn, Reply, ResponsesTurn  # noqa: E402
+from testing.mockllm import ChatTurn, Reply, ResponsesTurn
 
 INSTRUCTIONS = "You are a careful coding agent. Read before you write; keep answers short."
 

@@ -11,7 +11,7 @@ before the subscribers, with them connected, and after the burst.
 Note: the subscribers and the stub share this process (and the machine's cores with
 daphne), so at high S the reader side's own CPU time is part of the measured delay.
 
-Run: ``.venv/bin/python bench/stream.py [--subscribers 200] [--events 200] [--interval-ms 10]``.
+Run: ``.venv/bin/python -m bench.stream [--subscribers 200] [--events 200] [--interval-ms 10]``.
 The last line printed is JSON with every number.
 """
 
@@ -23,14 +23,11 @@ import contextlib
 import json
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import httpx
 
-import httpx  # noqa: E402
-
-from bench._common import (  # noqa: E402
+from bench._common import (
     USER,
     Server,
     SSESubscriber,

@@ -8,7 +8,7 @@ the project's ``RedisCacheWithRates`` (one Lua script, ``omnigent_site/runtime/
 redis_cache.py``). Both on the project's shared connection pool. Prints wall and CPU
 microseconds per check, min/median/max over the rounds.
 
-Run: ``.venv/bin/python bench/throttle_check.py [--checks 400] [--rounds 6]``
+Run: ``.venv/bin/python -m bench.throttle_check [--checks 400] [--rounds 6]``
 (Redis at ``--redis-url``, database 14 by default; its keys are deleted at the end).
 The last line printed is JSON with every number.
 """
@@ -23,13 +23,11 @@ import secrets
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "omnigent_site.settings")
 
-import django  # noqa: E402
+import django
 
 PATHS = {
     "cache get and set": "django.core.cache.backends.redis.RedisCache",

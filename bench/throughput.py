@@ -53,7 +53,7 @@ The servers run with the client rate limits off, as every test server does;
 ``--throttles`` turns them on at rates nothing reaches, so that every request reads and
 writes its count in the shared cache as in production (on Redis with PostgreSQL).
 
-Run: ``.venv/bin/python bench/throughput.py [--runs 5] [--profile /tmp/prof]``,
+Run: ``.venv/bin/python -m bench.throughput [--runs 5] [--profile /tmp/prof]``,
 ``... --servers 2 [--cross] [--poll-etag]``, ``... --scaling 1,2,3``.
 The last line printed is JSON with every number.
 """
@@ -72,11 +72,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import httpx
 
-import httpx  # noqa: E402
-
-from bench._common import (  # noqa: E402
+from bench._common import (
     USER,
     Server,
     StubRunner,
@@ -101,7 +99,7 @@ from bench._common import (  # noqa: E402
     wait_runner_online,
     within,
 )
-from bench._load import (  # noqa: E402
+from bench._load import (
     CountingStream,
     CpuClock,
     MockLLM,
@@ -112,8 +110,8 @@ from bench._load import (  # noqa: E402
     open_streams,
     summarise_profile,
 )
-from omnigent_site.runtime.event_loop import EVENT_LOOPS  # noqa: E402
-from testing.processes import Process, base_env, free_port, migrate, spawn  # noqa: E402
+from omnigent_site.runtime.event_loop import EVENT_LOOPS
+from testing.processes import Process, base_env, free_port, migrate, spawn
 
 TURN_END = ("response.completed", "response.failed", "response.cancelled")
 SETTINGS = "bench.server_settings"
@@ -1142,6 +1140,8 @@ def flatten(run: dict[str, Any]) -> dict[str, float]:
             put(f"{base}.turns_per_s", rnd["turns_per_s"])
             put(f"{base}.p50_ms", rnd["turn"]["p50_ms"])
             put(f"{base}.p95_ms", rnd["turn"]["p95_ms"])
+            put(f"{base}.p99_ms", rnd["turn"]["p99_ms"])
+            put(f"{base}.max_ms", rnd["turn"]["max_ms"])
             for proc, ms in rnd["cpu_ms_per_turn"].items():
                 put(f"{base}.cpu_ms.{proc}", ms)
             for proc, ms in rnd.get("cpu_ms_per_turn_by_process", {}).items():
@@ -1169,6 +1169,31 @@ def flatten(run: dict[str, Any]) -> dict[str, float]:
             ):
                 put(f"{base}.{key}", rnd.get(key))
     return flat
+
+
+def latency_table(flats: list[dict[str, float]]) -> dict[str, list[dict[str, float]]]:
+    """Per run, each concurrent round's per-turn p50/p99/max (ms), printed as a table:
+    a turn that waits on a timer shows up as one run's max far above its p99."""
+    table: dict[str, list[dict[str, float]]] = {}
+    for mode in ("poll", "stream"):
+        for number in (1, 2):
+            base = f"{mode}.round{number}"
+            if not any(f"{base}.max_ms" in flat for flat in flats):
+                continue
+            table[base] = [
+                {k: flat.get(f"{base}.{k}_ms", float("nan")) for k in ("p50", "p99", "max")}
+                for flat in flats
+            ]
+    if table:
+        print("== per-turn latency of each run (ms): p50 / p99 / max", flush=True)
+        print("   " + f"{'run':>4}" + "".join(f" {base:>26}" for base in table), flush=True)
+        for index in range(len(flats)):
+            cells = "".join(
+                " {p50:>8.0f} {p99:>8.0f} {max:>8.0f}".format(**rows[index])
+                for rows in table.values()
+            )
+            print(f"   {index + 1:>4}{cells}", flush=True)
+    return table
 
 
 def spread(flats: list[dict[str, float]]) -> dict[str, list[float]]:
@@ -1375,6 +1400,11 @@ def main() -> int:
         action="store_true",
         help="sample only the thread holding the GIL (where CPU goes, not where threads wait)",
     )
+    parser.add_argument(
+        "--rounds-only",
+        action="store_true",
+        help="only the concurrent rounds (section 4): fresh sessions, no floor or single turns",
+    )
     parser.add_argument("--keep-logs", action="store_true")
     args = parser.parse_args()
     args.modes = {m.strip() for m in args.modes.split(",") if m.strip()}
@@ -1393,7 +1423,6 @@ def main() -> int:
         parser.error("--cross needs --servers 2 or more")
     if args.scaling and args.profile is not None:
         parser.error("--profile profiles one configuration: use it with --servers, not --scaling")
-    args.rounds_only = False
     sigterm_as_interrupt()
 
     result: dict[str, Any] = {
@@ -1433,6 +1462,7 @@ def main() -> int:
     print(f"== spread over {args.runs} run(s): min / median / max", flush=True)
     for key, (low, mid, high) in result["spread_min_median_max"].items():
         print(f"   {key:48s} {low:>10g} {mid:>10g} {high:>10g}", flush=True)
+    result["latency_by_run"] = latency_table(flats)
     print("== in multiples of the floor (medians)", flush=True)
     for key, value in result["floor_multiples"].items():
         print(f"   {key}: {value:g}", flush=True)

@@ -13,15 +13,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._common import final_json, log_dir, run_main, sigterm_as_interrupt  # noqa: E402
-from omnigent_runner.bundles import build_bundle  # noqa: E402
-from testing.chaos_proxy import ChaosProxy  # noqa: E402
-from testing.mockllm import MockLLMServer  # noqa: E402
-from testing.processes import (  # noqa: E402
+from bench._common import final_json, log_dir, run_main, sigterm_as_interrupt
+from omnigent_runner.bundles import build_bundle
+from testing.chaos_proxy import ChaosProxy
+from testing.mockllm import MockLLMServer
+from testing.processes import (
     Server,
     base_env,
     bind,
@@ -31,7 +28,7 @@ from testing.processes import (  # noqa: E402
     start_runner,
     start_server,
 )
-from testing.tunnel_drops import (  # noqa: E402
+from testing.tunnel_drops import (
     OS_ENV,
     SEED,
     SERVER_SETTINGS,

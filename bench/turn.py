@@ -15,7 +15,7 @@ With ``--scale-out`` the same runs on two daphne processes on PostgreSQL + Redis
 runner's tunnel on A, session i's messages posted through process i mod 2 and its
 stream read from the other one, so every turn crosses the channel layer both ways.
 
-Run: ``.venv/bin/python bench/turn.py [--turns 50] [--sessions 20] [--rounds 5]
+Run: ``.venv/bin/python -m bench.turn [--turns 50] [--sessions 20] [--rounds 5]
 [--scale-out]``.
 The last line printed is JSON with every number.
 """
@@ -29,12 +29,9 @@ import json
 import secrets
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._common import (  # noqa: E402
+from bench._common import (
     USER,
     Server,
     SSESubscriber,
@@ -57,8 +54,8 @@ from bench._common import (  # noqa: E402
     wait_runner_online,
     within,
 )
-from testing.mockllm import MockLLMServer  # noqa: E402
-from testing.processes import register_runner, spawn  # noqa: E402
+from testing.mockllm import MockLLMServer
+from testing.processes import register_runner, spawn
 
 TURN_END = ("response.completed", "response.failed", "response.cancelled")
 

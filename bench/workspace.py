@@ -11,7 +11,7 @@ temporary workspace; every request goes HTTP → relay → tunnel → runner and
 3. Download: ``GET …/filesystem/{path}?download=1`` of a 20 MiB file, streamed in
    ``workspace.read_chunk`` calls; throughput in MiB/s, SHA-256 checked.
 
-Run: ``.venv/bin/python bench/workspace.py [--reads 300] [--searches 10] [--downloads 5]``.
+Run: ``.venv/bin/python -m bench.workspace [--reads 300] [--searches 10] [--downloads 5]``.
 The last line printed is JSON with every number.
 """
 
@@ -26,9 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench._common import (  # noqa: E402
+from bench._common import (
     MIB,
     USER,
     agent_bundle,
@@ -43,7 +41,7 @@ from bench._common import (  # noqa: E402
     summary_ms,
     wait_runner_online,
 )
-from testing.processes import (  # noqa: E402
+from testing.processes import (
     Server,
     bind,
     create_session,

@@ -6,8 +6,7 @@ the request's thread back to the event loop and back, holding the thread (and it
 running place, ``runtime.running_gate``) while the loop gets round to it. The
 project's throttles are all sync, so the base checks them as DRF's own
 ``APIView.check_throttles`` does, on the thread, and leaves any async throttle to
-adrf. It removes a wait rather than CPU: measured alone, the benchmarks moved within
-their spread (``docs/performance.md``, item 24).
+adrf. It removes a wait rather than CPU (``docs/performance.md``, overrides).
 
 Django renders a DRF ``Response`` (a ``SimpleTemplateResponse``) after the view
 returns, and for an async view it does so through ``sync_to_async``: a trip to

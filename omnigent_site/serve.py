@@ -1,8 +1,11 @@
 """``python -m omnigent_site.serve``: the documented way to start one server process.
 
 A thin front for daphne's command line: ``--host``/``-b`` and ``--port``/``-p``
-default to ``127.0.0.1`` and ``8000``, any other argument goes to daphne unchanged,
-and the application is ``omnigent_site.asgi:application``. Before daphne is loaded it
+default to ``127.0.0.1`` and ``8000`` and become a Twisted endpoint with a listen backlog
+of ``LISTEN_BACKLOG`` (daphne's own ``-b``/``-p`` listen with Twisted's 50, and a burst of
+new connections beyond it lost SYNs that the clients resent a second later). Any other
+argument goes to daphne unchanged, and the application is
+``omnigent_site.asgi:application``. Before daphne is loaded it
 picks the event loop daphne will create (``OMNIGENT_EVENT_LOOP``, uvloop by default:
 ``runtime/event_loop.py``), the one thing that cannot wait for the application.
 Everything else the project
@@ -16,11 +19,36 @@ omnigent_site.asgi:application`` behaves the same.
 from __future__ import annotations
 
 import os
+import socket
 import sys
+from pathlib import Path
 
 from omnigent_site.runtime.event_loop import EventLoopChoiceError, install_event_loop
 
 APPLICATION = "omnigent_site.asgi:application"
+# The accept queue asked for; the kernel caps it at its own limit (net.core.somaxconn).
+LISTEN_BACKLOG = 2048
+SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
+
+
+def listen_backlog() -> int:
+    """``LISTEN_BACKLOG``, or the system's limit on an accept queue if that is lower."""
+    try:
+        system = int(SOMAXCONN.read_text().strip())
+    except (OSError, ValueError):
+        system = socket.SOMAXCONN
+    return max(1, min(LISTEN_BACKLOG, system))
+
+
+def tcp_endpoint(host: str, port: str) -> str:
+    """Twisted's endpoint description for ``host:port`` (as daphne writes it for
+    ``-b``/``-p``) with the listen backlog."""
+    try:
+        number = int(port)
+    except ValueError:
+        raise SystemExit(f"omnigent_site.serve: --port must be a number, not {port!r}") from None
+    interface = host.strip("[]").replace(":", r"\:")
+    return f"tcp:port={number}:interface={interface}:backlog={listen_backlog()}"
 
 
 def daphne_argv(argv: list[str]) -> list[str]:
@@ -33,7 +61,7 @@ def daphne_argv(argv: list[str]) -> list[str]:
             port = next(args)
         else:
             rest.append(arg)
-    return ["-b", host, "-p", port, *rest, APPLICATION]
+    return ["-e", tcp_endpoint(host, port), *rest, APPLICATION]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -187,7 +187,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and env_boo
     }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # Parameters sent apart from the SQL (psycopg's server-side binding) instead of
-    # quoted into it in Python: 10-30 % less server CPU per statement (bench/throughput.py).
+    # quoted into it in Python: less server CPU per statement (docs/configuration.md).
     DATABASES["default"].setdefault("OPTIONS", {})["server_side_binding"] = env_bool(
         "DATABASE_SERVER_SIDE_BINDING", True
     )
@@ -316,7 +316,7 @@ if not 1 <= OMNIGENT_MAX_JSON_DEPTH <= 256:
 OMNIGENT_REQUEST_THREADS_IDLE = max(0, env_int("OMNIGENT_REQUEST_THREADS_IDLE", 16))
 # How many requests run their sync code at once (runtime/running_gate.py); 0: no limit.
 # SQLite's work is CPU in this process, so one at a time contends least; PostgreSQL's
-# waits on a socket, and a second running call uses the time (docs/performance.md, 25).
+# waits on a socket, and a second running call uses the time (docs/performance.md).
 OMNIGENT_REQUEST_THREADS_RUNNING = max(
     0,
     env_int(

@@ -328,7 +328,7 @@ def record_runner_events(
     the batch and takes the next one. Handing them to the consumer's event loop instead
     (``eventlog.collecting_publications``, as a message's ``POST`` does) was measured:
     less CPU per turn with one watcher per session, but a session with 200 watchers was
-    fanned out about twice as late (``docs/performance.md``, stage 3).
+    fanned out about twice as late (``docs/performance-history.md``, stage 3).
     """
     with publishing_together():
         return _record_runs(runner_id=runner_id, events=events)

@@ -226,7 +226,7 @@ class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView)
 
         adrf runs ``initial`` in a trip to the request's thread of its own, before the
         async handler. Doing a message's writes in the same trip spares the ``POST``
-        a second one (``docs/performance.md``, item 35): the handler is left with what
+        a second one (``docs/performance-history.md``, item 35): the handler is left with what
         has to wait on the event loop, handing the turn to the runner. The order is
         DRF's and the view's as before: authentication, permissions, throttles, then
         validation (400), the runner's check (503), and only then the writes.

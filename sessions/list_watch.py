@@ -4,7 +4,7 @@ not read and rendered for nobody.
 A list-row announcement (``updates.py``) reads the session's row with its grantees after
 the commit and renders it for each of them, twice a turn. With no list open anywhere,
 that was about a tenth of a turn's server CPU spent on group messages that no stream
-receives (``docs/performance.md``, item 29); API clients, the compatible ones included,
+receives (``docs/performance-history.md``, item 29); API clients, the compatible ones included,
 follow a session through its snapshot or its stream, not through the list.
 
 Every open list stream marks one key, ``LISTS_OPEN_KEY``, in the ``presence`` cache

@@ -2,9 +2,8 @@
 
 Everything the server does on its event loop (Twisted's reactor, Django's handler,
 the Channels consumers, every hand-over to and from a request's thread) goes through
-the loop's scheduling, and uvloop's is native code where asyncio's own is Python: an
-idle snapshot poll costs about 7 % less of the server's CPU on it, and a stream's
-fan-out to 200 clients is 16 % faster (``docs/performance.md``, item 41). Twisted's
+the loop's scheduling, and uvloop's is native code where asyncio's own is Python (the
+gain is in ``docs/performance.md``, overrides). Twisted's
 asyncio reactor takes any loop that offers readers, writers, timers and thread-safe
 calls, which uvloop does.
 

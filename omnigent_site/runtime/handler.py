@@ -17,15 +17,13 @@ closed or kept according to ``CONN_MAX_AGE``, by Django's own
 Django also tidies connections when a request *starts* (``request_started``:
 ``close_old_connections`` and ``reset_queries``). Under ASGI those are sync
 receivers, so they cost every request a trip to its thread before the view
-runs: about 0.5 ms of the relay's 5 ms here. On a pooled thread they have
+runs. On a pooled thread they have
 nothing left to do, because the previous call on the same thread ended with
 ``close_old_connections`` (each call does, below; and the previous request's
 ``request_finished``), which already closed what was stale or broken and re-armed
 the health check. So for this handler they run at the end of the request instead,
-in the trip Django makes anyway (see ``move_request_housekeeping_to_end``).
-Measured again with ``bench/relay.py`` (one process, SQLite; ten alternating runs
-of 500 requests each way on a shared two-core machine): relay p50 11.1 ms with the
-move against 11.6 ms without, and 8.5 against 9.1 ms of server CPU per request.
+in the trip Django makes anyway (see ``move_request_housekeeping_to_end``; the gain
+is in ``docs/performance.md``, overrides).
 
 Two things a request may wait on for long must not hold a database connection or
 a thread while they wait: a runner's answer (up to the relay deadline) and, above
@@ -327,10 +325,9 @@ class PooledThreadsASGIHandler(ASGIHandler):
         ``response.close()``, which sends ``request_finished``: its receivers tidy the
         database connections of the thread they run on. On this handler that was done
         already (every call on a request's thread ends with ``close_old_connections``,
-        ``RequestThread._run``), and the trip cost a fifth of a snapshot poll's CPU
-        (``docs/performance.md``, stage 7). So the response is closed on the event loop
-        whenever nothing in its close needs the thread (``closes_on_loop``), and on the
-        thread as before otherwise. Every other step is Django's, in Django's order:
+        ``RequestThread._run``), and the trip cost a fifth of a snapshot poll's CPU. So
+        the response is closed on the event loop whenever nothing in its close needs
+        the thread (``closes_on_loop``), and on the thread as before otherwise. Every other step is Django's, in Django's order:
         the body, ``request_started``, the request, the view raced against the client's
         disconnect (the view is cancelled if the client goes), the response, the close.
         ``tests/unit/test_runtime_guards.py`` fingerprints ``ASGIHandler.handle``, so a

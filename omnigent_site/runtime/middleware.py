@@ -9,10 +9,8 @@ add headers), so they run inline on the event loop. The two that *can* reach the
 database — saving a modified session, storing messages that spill into the
 session — still go through ``sync_to_async`` exactly when they would.
 
-Measured on ``bench/relay.py`` (one process, SQLite; four alternating runs of 500
-requests on a shared two-core machine): with Django's stock classes the relay's
-p50 was 16.6 ms against 11.2 ms, and the server spent 14.0 ms of CPU per request
-against 8.2 ms. No leaner ``MIDDLEWARE`` gives the same: the admin and the browsable
+What it saves is in ``docs/performance.md`` (overrides). No leaner ``MIDDLEWARE`` gives
+the same: the admin and the browsable
 API need sessions, authentication, messages and CSRF, and the security, common
 and frame-options middleware set the API's response headers.
 

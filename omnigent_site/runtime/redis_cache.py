@@ -6,8 +6,8 @@ its own, gets its own ``RedisCache``, and with it its own client and its own
 ``redis.ConnectionPool``. Each request that touched a shared cache (the throttles on
 every API request, the session-list mark on every status change) therefore opened a
 new TCP connection to Redis, paid redis-py's per-connection set-up (which reads the
-package's metadata from disk), and left the socket to the garbage collector: 100
-requests opened 100 connections (``docs/performance.md``, item 42).
+package's metadata from disk), and left the socket to the garbage collector
+(``docs/performance.md``, overrides).
 
 Django's Redis backend takes the pool's class from ``OPTIONS["pool_class"]`` and makes
 each pool with its ``from_url(url, **options)``. ``ProcessConnectionPool.from_url``

@@ -1,14 +1,10 @@
 """How many request calls run their sync code at once (``OMNIGENT_REQUEST_THREADS_RUNNING``).
 
-Having a thread is not the same as running on it. Every thread that runs Python
-competes for the one GIL, and each SQLite call or socket write hands the GIL to
-another thread. With twenty snapshot pollers, twenty request threads took turns at it
-and a poll cost about twice its CPU alone; with two running at once the poller
-benchmark went from 16–36 to 34–46 turns/s at a third less server CPU per turn. On
-SQLite, one instead of two (stage 5, ``docs/performance.md``) took the pollers' later
-rounds from 76 to 91 turns/s at a sixth less CPU per turn; SSE followers, whose turns'
-work is mostly on the event loop and the tunnel consumer's thread, lost a tenth. On
-PostgreSQL, whose calls wait on a socket, the default stays two (``settings.py``).
+Having a thread is not the same as running on it: every thread that runs Python
+competes for the one GIL, and twenty request threads taking turns at it made a poll
+cost about twice its CPU alone. So few run at once: one on SQLite, whose work is CPU
+in the process, two on PostgreSQL, whose calls wait on a socket (``settings.py``; the
+gain is in ``docs/performance.md``, overrides).
 
 A call that finds no place waits in a queue, not on a thread: it gets its request's
 thread only when it starts. So twenty requests queued behind the running ones hold

@@ -207,11 +207,9 @@ def hide_health_checks_from_access_log() -> bool:
 def freeze_startup_objects() -> int:
     """Keep what was loaded at startup out of the garbage collector's full passes.
 
-    Django, DRF, Twisted and the app's modules leave about 100,000 tracked objects
-    that live as long as the process, and every full collection walked them all. In
-    ``bench/relay.py`` the slowest requests took about 80 ms against a median of 6;
-    with those objects frozen into a permanent generation (``gc.freeze``) the slowest
-    took about 25 ms, and CPU per request fell by 2 to 4 %. Returns how many objects
+    Django, DRF, Twisted and the app's modules leave about 100,000 objects that live as
+    long as the process, and every full collection walked them all: those pauses were
+    the slowest requests (``docs/performance.md``, overrides). Returns how many objects
     are frozen.
     """
     gc.collect()
@@ -246,8 +244,7 @@ def skip_twisted_form_parsing() -> bool:
     Twisted's ``Request`` parses the Content-Type of every POST with the ``email``
     package, and a ``multipart/form-data`` body entirely, into ``request.args``.
     Daphne never reads ``args``: it hands the raw body to Django, which parses it
-    again. That cost a tenth of the server's time on the relay's hot path, and more
-    than half a second of CPU for a 10 MiB bundle upload. Twisted's ``Request`` takes
+    again (the cost is in ``docs/performance.md``, overrides). Twisted's ``Request`` takes
     ``parsePOSTFormSubmission=False`` for exactly this; daphne does not pass it, so
     daphne's request class (``daphne.http_protocol.WebRequest``, which daphne's HTTP
     factory reads for every new connection) is replaced by a subclass that does.
@@ -282,8 +279,7 @@ def skip_discarded_twisted_access_log() -> bool:
     writes it to Twisted's global log. Daphne writes the access log itself
     (``--access-log``, ``AccessLogGenerator``), and at its default verbosity (1 or
     less) its ``Server.run`` sends Twisted's global log to an observer that drops
-    every event: the line, its timestamp and its log event were about 3 % of the CPU
-    of an empty request through daphne (``docs/performance.md``, item 36). Daphne's
+    every event, formatted for nothing (``docs/performance.md``, overrides). Daphne's
     server builds its HTTP factory from the module global ``daphne.server.HTTPFactory``,
     which is replaced by a subclass that skips the line exactly when daphne discards
     it (a verbosity of 2 or more shows Twisted's log, line included). The guard test

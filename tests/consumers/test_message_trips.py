@@ -2,7 +2,7 @@
 
 ``SessionEventsView.initial`` runs DRF's checks, the event's validation and, for a
 message, its storing in the one trip adrf makes for ``initial``
-(``docs/performance.md``, item 35). These requests go through
+(``docs/performance-history.md``, item 35). These requests go through
 ``omnigent_site.asgi.application`` (``PooledThreadsASGIHandler``, whose request threads
 count every call) to a stub runner on a real tunnel.
 """

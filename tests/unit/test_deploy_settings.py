@@ -171,7 +171,7 @@ def test_postgresql_binds_parameters_on_the_server_unless_turned_off(tmp_path: P
 
 def test_one_request_call_runs_at_once_on_sqlite_and_two_on_postgresql(tmp_path: Path) -> None:
     """SQLite's work is CPU in the process; PostgreSQL's waits on a socket
-    (docs/performance.md, item 25). The variable overrides either."""
+    (docs/performance-history.md, item 25). The variable overrides either."""
     names = ["OMNIGENT_REQUEST_THREADS_RUNNING"]
     url = "postgres://postgres@127.0.0.1:5432/test"  # parsed only: nothing connects
     assert effective(tmp_path, names=names) == {names[0]: 1}

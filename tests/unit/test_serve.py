@@ -3,23 +3,61 @@
 
 from __future__ import annotations
 
-from omnigent_site.serve import daphne_argv
+from pathlib import Path
+
+import pytest
+
+from omnigent_site import serve
+from omnigent_site.serve import daphne_argv, listen_backlog
 
 
 def test_daphne_gets_the_address_the_options_and_the_app() -> None:
     argv = daphne_argv(["--host", "0.0.0.0", "--port", "9000", "--proxy-headers"])
     assert argv == [
-        "-b",
-        "0.0.0.0",
-        "-p",
-        "9000",
+        "-e",
+        f"tcp:port=9000:interface=0.0.0.0:backlog={listen_backlog()}",
         "--proxy-headers",
         "omnigent_site.asgi:application",
     ]
 
 
 def test_loopback_and_port_8000_by_default() -> None:
-    assert daphne_argv([]) == ["-b", "127.0.0.1", "-p", "8000", "omnigent_site.asgi:application"]
+    assert daphne_argv([]) == [
+        "-e",
+        f"tcp:port=8000:interface=127.0.0.1:backlog={listen_backlog()}",
+        "omnigent_site.asgi:application",
+    ]
+
+
+def test_an_ipv6_host_is_escaped_as_daphne_escapes_it() -> None:
+    assert daphne_argv(["-b", "[::1]", "-p", "1"])[1].startswith(r"tcp:port=1:interface=\:\:1:")
+
+
+def test_a_port_that_is_not_a_number_is_refused() -> None:
+    with pytest.raises(SystemExit, match="--port must be a number"):
+        daphne_argv(["--port", "http"])
+
+
+def test_the_backlog_is_2048_or_the_system_limit_if_lower(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    limit = tmp_path / "somaxconn"
+    monkeypatch.setattr(serve, "SOMAXCONN", limit)
+    limit.write_text("4096\n")
+    assert listen_backlog() == 2048
+    limit.write_text("128\n")
+    assert listen_backlog() == 128
+
+
+def test_twisted_reads_the_backlog_from_the_endpoint_description() -> None:
+    """Guard: the ``backlog`` argument of Twisted's ``tcp:`` endpoint description is what
+    the listening socket gets (``tests/e2e/test_listen_backlog.py`` checks the socket)."""
+    from twisted.internet import endpoints
+
+    # Any object as the reactor: the endpoint only keeps it (importing Twisted's default
+    # reactor here would install it in place of daphne's).
+    endpoint = endpoints.serverFromString(object(), daphne_argv(["-p", "0"])[1])
+    assert endpoint._backlog == listen_backlog()  # noqa: SLF001 - Twisted keeps no public copy
 
 
 def test_the_frame_limit_is_not_an_argument_any_more() -> None:

@@ -5,9 +5,8 @@ SQLite lets one connection write at a time. With ``transaction_mode=IMMEDIATE`` 
 finds it taken waits in SQLite's busy handler, which sleeps and retries in steps of
 1, 2, 5, 10 … up to 100 ms, however soon the lock is released. A server process
 writes from many threads at once (request threads storing messages, the tunnel
-consumer storing runner events), so under load those sleeps were most of a turn:
-with 20 turns at once, ``BEGIN`` accounted for 100–260 ms of wait per turn in
-``bench/throughput.py`` while the transactions themselves took about a millisecond.
+consumer storing runner events), so under load those sleeps, not the transactions,
+were most of a turn (``docs/performance.md``, overrides).
 
 Here a transaction first takes a lock shared by every connection of this process to
 the same database file, and only then sends ``BEGIN``: a waiting thread wakes the
@@ -25,9 +24,8 @@ documentation says to change one.
 
 The backend's cursor also keeps each statement's placeholder conversion. Django's
 SQLite cursor turns every statement's ``%s`` placeholders into SQLite's ``?`` with a
-regular expression on each execution: 13 µs for a runner batch's 530-character session
-read here, on a turn's 25–30 statements and every poll's two (``docs/performance.md``,
-item 37). The project's statements are a bounded set of strings (``rawsql`` builds
+regular expression on each execution, on a turn's 25–30 statements and every poll's
+two. The project's statements are a bounded set of strings (``rawsql`` builds
 each once), so the conversion is kept per statement text, in a bounded cache; the
 result is Django's own conversion. The guard test fingerprints Django's
 ``convert_query`` and ``create_cursor``.
