@@ -81,9 +81,9 @@ def freeze_startup_objects() -> int:
 
     The ``openai`` SDK with its pydantic models, httpx and aiohttp leave tens of
     thousands of objects that live as long as the runner, and every full collection
-    walked them all while a turn's tokens were streaming (``docs/performance-history.md``,
-    stage 9). The server does the same (``omnigent_site/runtime/server.py``).
-    Returns how many objects are frozen.
+    walked them all while a turn's tokens were streaming
+    (``docs/performance-history.md``, stage 9). The server does the same
+    (``omnigent_site/runtime/server.py``). Returns how many objects are frozen.
     """
     gc.collect()
     gc.freeze()

@@ -15,7 +15,8 @@ timeouts, auth, Server-Sent Events decoding and HTTP error mapping stay the SDK'
 The SDK's connections go through aiohttp by default (the SDK's own
 ``DefaultAioHttpClient``, its ``aiohttp`` extra): its C parser and plain asyncio
 streams cost about a quarter less of the runner's CPU per turn than the SDK's default
-httpx transport (``docs/performance-history.md``, item 26). ``httpx`` keeps the SDK's default.
+httpx transport (``docs/performance-history.md``, item 26). ``httpx`` keeps the SDK's
+default.
 """
 
 from __future__ import annotations
