@@ -281,9 +281,8 @@ def serializers_in_views(drf: dict[str, Any]) -> Iterator[None]:
     Lists are rendered the way a serializer-based view would, one ``many=True``
     serializer per page (not one serializer per row), so the comparison is fair.
     """
+    from api import runner_views, session_views
     from omnigent_site.pagination import Page
-    from runners import session_views
-    from runners import views as runner_views
     from sessions.models import Agent, Session
 
     def snapshot(session: Any, *, level: int, items: Any) -> Any:

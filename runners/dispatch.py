@@ -70,12 +70,12 @@ def _accept_with_command(
 ) -> tuple[Item, Turn, TurnStart, list[Publication]]:
     """Store the message and its turn, and build its ``turn.start``. What the write
     publishes comes back to be sent from the event loop."""
-    with collecting_publications() as publications:
+    with collecting_publications() as unit:
         item, response = runner_events.accept_message(
-            session_id=session_id, created_by=created_by, data=data, tools=tools
+            session_id=session_id, created_by=created_by, data=data, tools=tools, unit=unit
         )
     command = runner_events.turn_start_command(response=response, inputs=[item])
-    return item, response, command, publications
+    return item, response, command, unit.publications
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from omnigent_site.timeutil import unix
 from sessions import approvals, blobs, policies, updates
 from sessions import files as session_files
 from sessions.eventlog import (
+    WriteUnit,
     publishing_together,
     record_event,
     save_session_fields,
@@ -134,7 +135,12 @@ def response_payload(
 
 
 def _set_session_state(
-    session: Session, *, status: str, response_id: str | None, error: dict | None = None
+    session: Session,
+    *,
+    status: str,
+    response_id: str | None,
+    error: dict | None = None,
+    unit: WriteUnit | None = None,
 ) -> None:
     """The one writer of session status; records ``session.status`` when it changes."""
     if status == Session.Status.IDLE and session.status == Session.Status.FAILED:
@@ -152,12 +158,21 @@ def _set_session_state(
     session.status = status
     session.active_response_id = response_id
     session.last_task_error = error
-    save_session_fields(session, ["status", "active_response_id", "last_task_error", "updated_at"])
-    record_event(session_id=session.id, payload=session_status_event(session))
-    updates.announce_session(session_id=session.id)
+    save_session_fields(
+        session, ["status", "active_response_id", "last_task_error", "updated_at"], unit=unit
+    )
+    record_event(session_id=session.id, payload=session_status_event(session), unit=unit)
+    updates.announce_session(session_id=session.id, unit=unit)
 
 
-def _finish_turn(response: Turn, *, status: str, error: dict | None, model: str) -> None:
+def _finish_turn(
+    response: Turn,
+    *,
+    status: str,
+    error: dict | None,
+    model: str,
+    unit: WriteUnit | None = None,
+) -> None:
     if not response.is_open:
         return
     response.status = status
@@ -166,13 +181,14 @@ def _finish_turn(response: Turn, *, status: str, error: dict | None, model: str)
     update_row(response, ["status", "error", "completed_at"])
     # A question about a call of a finished turn can no longer be acted on.
     approvals.cancel_pending(
-        session_id=response.session_id, turn_ids=[response.id], reason="the turn ended"
+        session_id=response.session_id, turn_ids=[response.id], reason="the turn ended", unit=unit
     )
     record_event(
         session_id=response.session_id,
         payload=response_event(
             RESPONSE_END_EVENTS[status], response_payload(response, model=model)
         ),
+        unit=unit,
     )
 
 
@@ -180,24 +196,37 @@ def _finish_turn(response: Turn, *, status: str, error: dict | None, model: str)
 
 
 def accept_message(
-    *, session_id: str, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
+    *,
+    session_id: str,
+    created_by: str,
+    data: dict[str, Any],
+    tools: list[dict[str, Any]],
+    unit: WriteUnit | None = None,
 ) -> tuple[Item, Turn]:
     """Store the user item and its queued turn, and tell watchers the input was consumed.
 
     The stream events and the list row it announces go to the channel layer together,
-    in one trip to the event loop, which the ``202`` waits for.
+    in one trip to the event loop, which the ``202`` waits for (or with what ``unit``
+    publishes: ``dispatch`` collects them for the event loop to send).
     """
-    with publishing_together(), transaction.atomic():
+    with publishing_together(unit) as publishing, transaction.atomic():
         session = row_by(Session, "id", session_id, for_update=True)
         if session is None:
             raise Session.DoesNotExist(f"session {session_id} does not exist")
-        with writing_events(session=session):
-            item, response = _store_message(session, created_by=created_by, data=data, tools=tools)
+        with writing_events(session=session, unit=publishing) as writing:
+            item, response = _store_message(
+                session, created_by=created_by, data=data, tools=tools, unit=writing
+            )
     return item, response
 
 
 def _store_message(
-    session: Session, *, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
+    session: Session,
+    *,
+    created_by: str,
+    data: dict[str, Any],
+    tools: list[dict[str, Any]],
+    unit: WriteUnit,
 ) -> tuple[Item, Turn]:
     """Inside ``accept_message``'s transaction, with the session row locked."""
     response = Turn(session=session, tools=tools)
@@ -215,9 +244,12 @@ def _store_message(
     record_event(
         session_id=session.id,
         payload=input_consumed_event(item_id=item.id, item_type=item.type, data=item.data),
+        unit=unit,
     )
     if session.status in (Session.Status.IDLE, Session.Status.FAILED):
-        _set_session_state(session, status=Session.Status.RUNNING, response_id=response.id)
+        _set_session_state(
+            session, status=Session.Status.RUNNING, response_id=response.id, unit=unit
+        )
     return item, response
 
 
@@ -257,6 +289,7 @@ def record(
     runner_id: str,
     session_id: str,
     events: Sequence[tuple[int, protocol.AnyEvent | protocol.UnparsedEvent]],
+    unit: WriteUnit | None = None,
 ) -> int:
     """Apply a run of ``session_id``'s runner events, each once; returns the seq to acknowledge.
 
@@ -269,10 +302,11 @@ def record(
     A duplicate (``seq`` already stored) changes nothing. Events for a session that
     is gone or bound to another runner are acknowledged and dropped, so the runner
     does not hold them forever. A payload the protocol module could not parse
-    arrives as ``UnparsedEvent`` and is skipped.
+    arrives as ``UnparsedEvent`` and is skipped. ``unit``: the caller's publishing unit
+    (``services.record_runner_events``), which then publishes what the run produced.
     """
     try:
-        return _record_run(runner_id=runner_id, session_id=session_id, events=events)
+        return _record_run(runner_id=runner_id, session_id=session_id, events=events, unit=unit)
     except Exception:
         if len(events) == 1:
             raise
@@ -283,7 +317,7 @@ def record(
         )
     acked = 0
     for event in events:
-        acked = _record_run(runner_id=runner_id, session_id=session_id, events=[event])
+        acked = _record_run(runner_id=runner_id, session_id=session_id, events=[event], unit=unit)
     return acked
 
 
@@ -292,6 +326,7 @@ def _record_run(
     runner_id: str,
     session_id: str,
     events: Sequence[tuple[int, protocol.AnyEvent | protocol.UnparsedEvent]],
+    unit: WriteUnit | None,
 ) -> int:
     with transaction.atomic():
         session = _locked_session_with_agent(session_id)
@@ -304,8 +339,8 @@ def _record_run(
             )
             return max(seq for seq, _event in events)
         stored = session.last_runner_seq
-        run = _Run(session)
-        with writing_events(session=session):
+        with writing_events(session=session, unit=unit) as writing:
+            run = _Run(session, unit=writing)
             for seq, event in events:
                 if seq <= session.last_runner_seq:
                     continue
@@ -324,7 +359,7 @@ def _record_run(
                     )
                 session.last_runner_seq = seq
             if session.last_runner_seq != stored:
-                save_session_fields(session, ["last_runner_seq"])
+                save_session_fields(session, ["last_runner_seq"], unit=writing)
         return session.last_runner_seq
 
 
@@ -364,10 +399,11 @@ def _session_turn_sql() -> str:
 class _Run:
     """One run of a session's runner events: the locked session, and each turn its
     events name, read once (a turn that ends in the same run as its last item is
-    named twice)."""
+    named twice), and the unit of work its writes go to."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, *, unit: WriteUnit) -> None:
         self.session = session
+        self.unit = unit
         self._turns: dict[str, Turn | None] = {}
 
     def turn(self, response_id: str | None) -> Turn | None:
@@ -399,6 +435,7 @@ def _apply(run: _Run, event: protocol.AnyEvent | protocol.UnparsedEvent) -> None
 
 def _apply_text_delta(run: _Run, event: protocol.OutputTextDelta) -> None:
     record_event(
+        unit=run.unit,
         session_id=run.session.id,
         payload=output_text_delta_event(
             response_id=event.response_id, item_id=event.item_id, delta=event.delta
@@ -417,8 +454,10 @@ def _apply_response_created(run: _Run, event: protocol.ResponseCreated) -> None:
         update_row(response, ["status"])
         output = []  # nothing of a turn that only now starts (its input is not output)
     body = response_payload(response, model=run.model, output=output)
-    record_event(session_id=run.session.id, payload=response_event("response.created", body))
-    record_event(session_id=run.session.id, payload=response_event("response.in_progress", body))
+    for event_type in ("response.created", "response.in_progress"):
+        record_event(
+            unit=run.unit, session_id=run.session.id, payload=response_event(event_type, body)
+        )
 
 
 def _apply_turn_end(run: _Run, event: protocol.TurnEnd) -> None:
@@ -426,7 +465,11 @@ def _apply_turn_end(run: _Run, event: protocol.TurnEnd) -> None:
     if response is None:
         raise MalformedEvent(f"{protocol.frame_type(event)} for an unknown response")
     _finish_turn(
-        response, status=TURN_END_STATUS[type(event)], error=_error(event.error), model=run.model
+        response,
+        status=TURN_END_STATUS[type(event)],
+        error=_error(event.error),
+        model=run.model,
+        unit=run.unit,
     )
 
 
@@ -439,6 +482,7 @@ def _apply_workspace_changes(run: _Run, event: protocol.WorkspaceChanges) -> Non
     except ValueError as exc:
         raise MalformedEvent(str(exc)) from exc
     record_event(
+        unit=run.unit,
         session_id=session.id,
         payload=changed_files_invalidated_event(
             session_id=session.id, environment_id=environment_id
@@ -450,6 +494,7 @@ def _apply_policy_denied(run: _Run, event: protocol.PolicyDenied) -> None:
     if run.turn(event.response_id) is None:
         raise MalformedEvent("policy.denied for an unknown response")
     record_event(
+        unit=run.unit,
         session_id=run.session.id,
         payload=policy_denied_event(
             session_id=run.session.id,
@@ -469,13 +514,16 @@ def _apply_approval_requested(run: _Run, event: protocol.ApprovalRequested) -> N
     response = run.turn(event.response_id)
     if response is None:
         raise MalformedEvent("approval.requested for an unknown response")
-    asked = approvals.record_requested(session=session, turn=response, event=event)
+    asked = approvals.record_requested(session=session, turn=response, event=event, unit=run.unit)
     answered = [asked.approval]
     if asked.created and not response.is_open:
         # The server already ended this turn (a runner back after the grace): nobody
         # will answer, so the runner is told at once.
         answered = approvals.cancel_pending(
-            session_id=session.id, turn_ids=[response.id], reason="the turn ended"
+            session_id=session.id,
+            turn_ids=[response.id],
+            reason="the turn ended",
+            unit=run.unit,
         )
     elif asked.created or answered[0].status == answered[0].Status.PENDING:
         return
@@ -498,9 +546,15 @@ def _apply_status(run: _Run, event: protocol.SessionStatus) -> None:
         # so no turn is left open behind a failed session.
         response = run.turn(response_id)
         if response is not None:
-            _finish_turn(response, status=Turn.Status.FAILED, error=error, model=run.model)
+            _finish_turn(
+                response,
+                status=Turn.Status.FAILED,
+                error=error,
+                model=run.model,
+                unit=run.unit,
+            )
         response_id = None
-    _set_session_state(session, status=status, response_id=response_id, error=error)
+    _set_session_state(session, status=status, response_id=response_id, error=error, unit=run.unit)
 
 
 def _item_header(item: dict[str, Any], key: str) -> str:
@@ -566,6 +620,7 @@ def _apply_item(run: _Run, event: protocol.OutputItemDone) -> None:
             update_row(item, ["status", "data"])
         shown = item.flat()
     record_event(
+        unit=run.unit,
         session_id=session.id,
         payload=output_item_done_event(response_id=response_id, item=shown),
     )

@@ -31,7 +31,7 @@ from omnigent_site.domain_errors import Forbidden, InvalidInput
 from omnigent_site.users import get_or_create_user, is_admin
 from sessions import approvals, updates
 from sessions.blobs import BundleMissing
-from sessions.eventlog import publishing_together
+from sessions.eventlog import WriteUnit, publishing_together
 from sessions.models import Session, Turn
 
 from . import runner_events
@@ -330,18 +330,20 @@ def record_runner_events(
     less CPU per turn with one watcher per session, but a session with 200 watchers was
     fanned out about twice as late (``docs/performance-history.md``, stage 3).
     """
-    with publishing_together():
-        return _record_runs(runner_id=runner_id, events=events)
+    with publishing_together() as unit:
+        return _record_runs(runner_id=runner_id, events=events, unit=unit)
 
 
 def _record_runs(
-    *, runner_id: str, events: Sequence[runner_events.ReceivedEvent]
+    *, runner_id: str, events: Sequence[runner_events.ReceivedEvent], unit: WriteUnit
 ) -> dict[str, int]:
     runs: dict[str, list[tuple[int, Any]]] = {}
     for session_id, seq, event in events:
         runs.setdefault(session_id, []).append((seq, event))
     return {
-        session_id: runner_events.record(runner_id=runner_id, session_id=session_id, events=run)
+        session_id: runner_events.record(
+            runner_id=runner_id, session_id=session_id, events=run, unit=unit
+        )
         for session_id, run in runs.items()
     }
 

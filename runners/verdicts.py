@@ -1,4 +1,5 @@
-"""Telling the runner about verdicts, and the expiry sweep every server process runs.
+"""Answering approvals and changing policy rules, telling the runner about both, and
+the expiry sweep every server process runs.
 
 A verdict is stored first (``sessions.approvals``) and relayed after, so a runner that
 is offline, or a relay that fails, loses nothing: the verdict stays unacknowledged
@@ -18,12 +19,15 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.contrib.auth.models import User as AuthUser
 
-from omnigent_runner.protocol import ApprovalVerdict
-from sessions import approvals
+from omnigent_runner.protocol import ApprovalVerdict, PolicyRule, PolicyUpdate
+from omnigent_site.domain_errors import AgentUnavailable, Conflict
+from sessions import approvals, policies
+from sessions.blobs import BundleMissing
 from sessions.models import Approval, Session
 
 from .relay import RelayError, post_command, send_command
@@ -60,6 +64,65 @@ async def relay_verdict(*, session: Session, approval: Approval) -> bool:
         log.info("verdict %s for %s not delivered: %s", approval.id, session.id, exc.message)
         return False
     return True
+
+
+async def answer_elicitation(
+    *, session: Session, approval_id: str, action: object, reason: str | None, user: AuthUser
+) -> None:
+    """Store the verdict, then relay it (approvals.md, Answering).
+
+    Stored first: a runner that is offline, or does not answer within the relay's
+    deadline, gets it with ``session.open`` when it reconnects, so this never
+    answers 503. The same action again changes nothing; another one is a 409.
+    """
+    resolution = await sync_to_async(approvals.resolve)(
+        session_id=session.id,
+        approval_id=approval_id,
+        action=approvals.check_action(action),
+        user=user,
+        reason=reason,
+    )
+    approval = resolution.approval
+    if resolution.stored:
+        await relay_verdict(session=session, approval=approval)
+    if resolution.conflict:
+        raise Conflict(
+            f"elicitation {approval.id!r} is already {approval.status}: the first verdict stands"
+        )
+
+
+def effective_policies(*, session: Session) -> tuple[list[PolicyRule], int]:
+    """``policies.effective``, with a bundle this server cannot see as a 503 (logged)."""
+    try:
+        return policies.effective(session=session)
+    except BundleMissing as exc:
+        log.error("session %s: %s", session.id, exc)
+        raise AgentUnavailable(str(exc)) from exc
+
+
+async def replace_policies(
+    *, session: Session, user: AuthUser, raw: object
+) -> tuple[list[PolicyRule], int]:
+    """Store the session's own rules, then send the effective ones to a runner running
+    the session; returns them and how many are the session's.
+
+    Best effort, like a verdict: the runner applies them from its next tool call, and
+    an offline runner, or one that does not answer, gets them with ``session.open``.
+    """
+    session = await sync_to_async(policies.replace_session_rules)(
+        session=session, user=user, raw=raw
+    )
+    rules, own = await sync_to_async(effective_policies)(session=session)
+    runner = session.runner
+    if runner is not None and runner.online:
+        try:
+            await send_command(
+                channel_name=runner.channel_name,
+                command=PolicyUpdate(session_id=session.id, rules=rules),
+            )
+        except RelayError as exc:
+            log.info("policy.update for %s not delivered: %s", session.id, exc.message)
+    return rules, own
 
 
 def post_verdicts(*, channel_name: str, approvals: Iterable[Approval]) -> None:

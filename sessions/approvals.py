@@ -27,7 +27,7 @@ from omnigent_site.domain_errors import InvalidInput, NotFound
 
 from . import selectors, updates
 from .approval_shapes import approval_message
-from .eventlog import record_event
+from .eventlog import WriteUnit, record_event
 from .models import Approval, Session, Turn
 from .stream_events import elicitation_request_event, elicitation_resolved_event
 
@@ -75,10 +75,17 @@ class Asked:
     created: bool
 
 
-def record_requested(*, session: Session, turn: Turn, event: protocol.ApprovalRequested) -> Asked:
+def record_requested(
+    *,
+    session: Session,
+    turn: Turn,
+    event: protocol.ApprovalRequested,
+    unit: WriteUnit | None = None,
+) -> Asked:
     """Store the question (once per turn and call) and show it to watchers.
 
-    Runs inside ``runners.runner_events.record``, which holds the session row lock.
+    Runs inside ``runners.runner_events.record``, which holds the session row lock and
+    passes its unit of work.
     When the call was asked about before, nothing new is shown; if it already has a
     verdict, that verdict is marked unacknowledged, so the caller relays it again and
     a later ``session.open`` carries it until the runner acknowledges it.
@@ -109,8 +116,9 @@ def record_requested(*, session: Session, turn: Turn, event: protocol.ApprovalRe
         # Another writer stored it first (the session lock makes this rare).
         again = Approval.objects.get(session=session, response_id=turn.id, call_id=event.call_id)
         return Asked(_asked_again(again), False)
-    record_event(session_id=session.id, payload=elicitation_request_event(approval))
-    updates.announce_session(session_id=session.id)  # its list row counts open questions
+    record_event(session_id=session.id, payload=elicitation_request_event(approval), unit=unit)
+    # Its list row counts open questions.
+    updates.announce_session(session_id=session.id, unit=unit)
     return Asked(approval, created=True)
 
 
@@ -181,15 +189,16 @@ def resolve(
     return Resolution(approval, stored=False, conflict=approval.action != action)
 
 
-def _publish_resolved(approval: Approval) -> None:
+def _publish_resolved(approval: Approval, *, unit: WriteUnit | None = None) -> None:
     user = approval.resolved_by
     record_event(
         session_id=approval.session_id,
         payload=elicitation_resolved_event(
             approval, resolved_by=user.get_username() if user is not None else None
         ),
+        unit=unit,
     )
-    updates.announce_session(session_id=approval.session_id)
+    updates.announce_session(session_id=approval.session_id, unit=unit)
 
 
 def _expire(pk: str, *, now: datetime) -> Approval | None:
@@ -227,6 +236,7 @@ def cancel_pending(
     reason: str,
     user: AuthUser | None = None,
     turn_ids: list[str] | None = None,
+    unit: WriteUnit | None = None,
 ) -> list[Approval]:
     """Cancel the open questions of a session (an interrupt) or of some of its turns
     (a turn that ended); returns those this call cancelled."""
@@ -247,7 +257,7 @@ def cancel_pending(
             if not won:
                 continue
             approval = Approval.objects.select_related("resolved_by").get(pk=pk)
-            _publish_resolved(approval)
+            _publish_resolved(approval, unit=unit)
         cancelled.append(approval)
     return cancelled
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -39,13 +38,21 @@ def session_group(session_id: str) -> str:
     return f"session.{session_id}"
 
 
-def record_event(*, session_id: str, payload: StoredEvent) -> SessionEvent:
-    """Store ``payload`` as the session's next event: one of the shapes of
-    ``stream_events.py``, built by its function there."""
+def record_event(
+    *, session_id: str, payload: StoredEvent, unit: WriteUnit | None = None
+) -> SessionEvent:
+    """Store ``payload`` (one of the shapes of ``stream_events.py``, built by its
+    function there) as the session's next event.
+
+    With no ``unit``: now, in its own transaction, published once that commits. In a
+    ``unit`` that writes this session's events (``writing_events``): numbered in memory
+    and stored at the unit's end. In any other ``unit``: now, and published with what
+    the unit holds (``publishing_together``), if it holds publications.
+    """
     assert "type" in payload, "an event payload names its type"
-    writer = getattr(_writing, "writer", None)
-    if writer is not None and writer.session_id == session_id:
-        return writer.add(payload)
+    if unit is not None and unit.writer is not None and unit.writer.session_id == session_id:
+        return unit.writer.add(payload)
+    held = unit.held if unit is not None else None
     with transaction.atomic():
         # The UPDATE takes the row lock first, so concurrent writers queue here
         # and each reads back its own number.
@@ -57,13 +64,27 @@ def record_event(*, session_id: str, payload: StoredEvent) -> SessionEvent:
         )
         if seq % PRUNE_EVERY == 0:
             _prune(session_id=session_id, newest=seq)
-        transaction.on_commit(lambda: _publish_or_hold([event]))
+        transaction.on_commit(lambda: _publish_or_hold([event], held))
     return event
 
 
+# A group name and the message for it.
+Publication = tuple[str, dict[str, Any]]
+
+
+class _Held:
+    """What a ``publishing_together`` block publishes at its end. Once the block has
+    ended (``closed``), what arrives later (a commit after the block) is sent at once."""
+
+    def __init__(self) -> None:
+        self.events: list[SessionEvent] = []
+        self.later: dict[Hashable, Callable[[], list[Publication]]] = {}
+        self.closed = False
+
+
 class _EventWriter:
-    """The events of one session recorded inside ``writing_events``, numbered in memory,
-    and the fields of its row saved with them (``save_session_fields``)."""
+    """The events of one session recorded in a ``writing_events`` unit, numbered in
+    memory, and the fields of its row saved with them (``save_session_fields``)."""
 
     def __init__(self, session: Session) -> None:
         self.session_id = session.id
@@ -83,7 +104,7 @@ class _EventWriter:
         self.events.append(event)
         return event
 
-    def store(self) -> None:
+    def store(self, held: _Held | None) -> None:
         fields, self.fields = self.fields, set()
         events, self.events = self.events, []
         at_end, self.at_end = self.at_end, {}
@@ -100,12 +121,30 @@ class _EventWriter:
         first, newest = events[0].seq, events[-1].seq
         if newest // PRUNE_EVERY != (first - 1) // PRUNE_EVERY:
             _prune(session_id=self.session_id, newest=newest)
-        transaction.on_commit(lambda: _publish_or_hold(events))
+        transaction.on_commit(lambda: _publish_or_hold(events, held))
 
 
-def save_session_fields(session: Session, fields: Iterable[str]) -> None:
-    """Save ``fields`` of ``session``'s row: inside a ``writing_events`` block for it,
-    together with its events at the end of the block (one UPDATE); otherwise now.
+class WriteUnit:
+    """A unit of work on the event log, passed explicitly (``unit=``) to what writes in it.
+
+    ``writer``: the session whose events are numbered in memory and stored together
+    (``writing_events``); ``held``: the publications sent together at the end
+    (``publishing_together``, ``collecting_publications``). Either may be absent: a
+    function given ``unit=None`` writes and publishes at once.
+    """
+
+    def __init__(self, *, writer: _EventWriter | None = None, held: _Held | None = None):
+        self.writer = writer
+        self.held = held
+        # What ``collecting_publications`` collected, filled at the end of its block.
+        self.publications: list[Publication] = []
+
+
+def save_session_fields(
+    session: Session, fields: Iterable[str], *, unit: WriteUnit | None = None
+) -> None:
+    """Save ``fields`` of ``session``'s row: in a ``writing_events`` unit for it,
+    together with its events at the end of the unit (one UPDATE); otherwise now.
 
     ``auto_now`` fields among them (``updated_at``) get the current time, as
     ``Model.save`` would give them.
@@ -115,31 +154,30 @@ def save_session_fields(session: Session, fields: Iterable[str]) -> None:
         field = Session._meta.get_field(name)
         if getattr(field, "auto_now", False):
             setattr(session, name, field.pre_save(session, add=False))  # type: ignore[union-attr]
-    writer: _EventWriter | None = getattr(_writing, "writer", None)
+    writer = unit.writer if unit is not None else None
     if writer is not None and writer.session is session:
         writer.fields.update(names)
         return
     update_row(session, names)
 
 
-def at_block_end(*, session_id: str, key: Hashable, action: Callable[[], None]) -> bool:
-    """Inside a ``writing_events`` block for the session: run ``action`` once per ``key``
-    when the block stores its events (same transaction), and return True. False
-    outside one: the caller acts now. A list row announced by several events of a
+def at_block_end(
+    *, session_id: str, key: Hashable, action: Callable[[], None], unit: WriteUnit | None
+) -> bool:
+    """In a ``writing_events`` unit for the session: run ``action`` once per ``key``
+    when the unit stores its events (same transaction), and return True. False
+    otherwise: the caller acts now. A list row announced by several events of a
     runner batch is stored once (``updates.announce_session``)."""
-    writer: _EventWriter | None = getattr(_writing, "writer", None)
+    writer = unit.writer if unit is not None else None
     if writer is None or writer.session_id != session_id:
         return False
     writer.at_end.setdefault(key, action)
     return True
 
 
-_writing = threading.local()
-
-
 @contextmanager
-def writing_events(*, session: Session) -> Iterator[None]:
-    """Number the session's events in memory inside the block and store them at its end.
+def writing_events(*, session: Session, unit: WriteUnit | None = None) -> Iterator[WriteUnit]:
+    """Number the session's events in memory in the yielded unit and store them at its end.
 
     For a burst of events of one session (the runner's event batches): one INSERT and
     one UPDATE for the whole block instead of an UPDATE, a read and an INSERT each.
@@ -147,54 +185,43 @@ def writing_events(*, session: Session) -> Iterator[None]:
     ``select_for_update`` in the open transaction; on SQLite the ``IMMEDIATE``
     transaction holds the database's write lock), so no other writer can take a
     number in between, and the events become visible together when it commits.
+    ``unit``: an enclosing publishing unit, which then publishes them.
     """
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("writing_events needs the transaction that locked the session row")
-    if getattr(_writing, "writer", None) is not None:
+    if unit is not None and unit.writer is not None:
         raise RuntimeError("writing_events blocks do not nest")
-    writer = _writing.writer = _EventWriter(session)
-    try:
-        yield
-        writer.store()
-    finally:
-        _writing.writer = None
-
-
-# A group name and the message for it.
-Publication = tuple[str, dict[str, Any]]
-
-
-class _Held:
-    """What a ``publishing_together`` block publishes at its end."""
-
-    def __init__(self) -> None:
-        self.events: list[SessionEvent] = []
-        self.later: dict[Hashable, Callable[[], list[Publication]]] = {}
-
-
-_held = threading.local()
+    held = unit.held if unit is not None else None
+    inner = WriteUnit(writer=_EventWriter(session), held=held)
+    yield inner
+    assert inner.writer is not None
+    inner.writer.store(held)
 
 
 @contextmanager
-def publishing_together() -> Iterator[None]:
-    """Hold what is published inside the block; publish it after the block, together.
+def publishing_together(unit: WriteUnit | None = None) -> Iterator[WriteUnit]:
+    """Hold what is published in the yielded unit; publish it after the block, together.
 
     Subscribers then get one group message per session for the whole block instead
     of one per event, which is what bounds how fast a busy session can be fanned out.
     Publications registered with ``publish_later`` run once per key at the end (a
     session's list row announced by several events of the block is read and sent
     once), and everything goes to the channel layer in one trip to the event loop.
+    Given a ``unit`` that already holds publications, that one publishes them.
     """
-    with collecting_publications() as publications:
-        yield
-    send_all(publications)
+    if unit is not None and unit.held is not None:
+        yield unit
+        return
+    with collecting_publications() as collecting:
+        yield collecting
+    send_all(collecting.publications)
 
 
 @contextmanager
-def collecting_publications() -> Iterator[list[Publication]]:
+def collecting_publications() -> Iterator[WriteUnit]:
     """``publishing_together`` for sync code that async code calls: the block's
-    publications are put in the yielded list at its end instead of being sent, and the
-    async caller sends them on its event loop (``send_publications``).
+    publications are put in the unit's ``publications`` at its end instead of being
+    sent, and the async caller sends them on its event loop (``send_publications``).
 
     That saves the thread a trip to the event loop and back (``async_to_sync``), and the
     thread (with its running place) no longer waits there for a busy loop. A message's
@@ -202,43 +229,40 @@ def collecting_publications() -> Iterator[list[Publication]]:
     why). If the block raises, what it committed is sent from here before the error goes
     on, as ``publishing_together`` would.
     """
-    collected: list[Publication] = []
-    if getattr(_held, "block", None) is not None:
-        yield collected  # already inside a block: the outer one publishes
-        return
-    held = _held.block = _Held()
+    held = _Held()
+    unit = WriteUnit(held=held)
     failed = True
     try:
-        yield collected
+        yield unit
         failed = False
     finally:
-        _held.block = None
-        collected += _event_publications(held.events)
+        held.closed = True
+        collected = _event_publications(held.events)
         for produce in held.later.values():
             try:
                 collected += produce()
             except Exception:
                 log.exception("could not prepare a publication")
+        unit.publications = collected
         if failed:
             send_all(collected)
 
 
 def publish_later(
-    key: Hashable, produce: Callable[[], list[Publication]]
+    key: Hashable, produce: Callable[[], list[Publication]], *, unit: WriteUnit | None
 ) -> Callable[[], list[Publication]] | None:
-    """Run ``produce`` and send what it returns: at the end of the enclosing
-    ``publishing_together`` block (once per ``key``; returns the producer kept for the
-    key, which may be an earlier one), or now outside one (returns None)."""
-    held: _Held | None = getattr(_held, "block", None)
-    if held is not None:
+    """Run ``produce`` and send what it returns: at the end of the ``unit``'s publishing
+    block (once per ``key``; returns the producer kept for the key, which may be an
+    earlier one), or now without one, or once it has ended (returns None)."""
+    held = unit.held if unit is not None else None
+    if held is not None and not held.closed:
         return held.later.setdefault(key, produce)
     send_all(produce())
     return None
 
 
-def _publish_or_hold(events: list[SessionEvent]) -> None:
-    held: _Held | None = getattr(_held, "block", None)
-    if held is not None:
+def _publish_or_hold(events: list[SessionEvent], held: _Held | None) -> None:
+    if held is not None and not held.closed:
         held.events.extend(events)
     else:
         publish_events(events)

@@ -16,6 +16,7 @@ from omnigent_site.rawsql import first_row, joined_columns, quoted, rows
 from omnigent_site.users import is_admin
 
 from .models import Agent, Approval, Item, Permission, Session, Turn
+from .shapes import session_row
 
 LEVEL_NAMES = {1: "read", 2: "edit", 3: "manage", 4: "owner"}
 # Sessions per statement of ``user_session_list_rows`` (fixed sizes: cached SQL).
@@ -205,32 +206,22 @@ def snapshot_etag(
     """A strong ETag for ``GET /v1/sessions/{id}``, from the rows ``session_for`` loaded.
 
     It costs no query, so a poller whose session did not change is answered before the
-    items and open questions are read. Those two change only through
-    ``eventlog.record_event``, which advances ``last_event_seq`` in the same transaction,
-    so the sequence stands for them. The row fields the snapshot shows are taken as
-    they are rather than through ``updated_at``: some writers change them without it
-    (a deleted runner unbinds with an UPDATE of ``runner_id`` only). ``runner_online``
-    is computed now, because it also turns false when heartbeats stop, with no write.
-    The caller's level and ``include_items`` shape the body; ``representation`` is the
-    negotiated media type (``application/json; indent=2`` renders other bytes).
+    items and open questions are read. Its input is the session's row shape
+    (``shapes.session_row``, every field of the snapshot but the transcript), so a field
+    added there is covered; the items and open questions (and their count) change only
+    through ``eventlog.record_event``, which advances ``last_event_seq`` in the same
+    transaction, so the sequence stands for them. The row is rendered now, not read
+    from ``updated_at``: some writers change it without (a deleted runner unbinds with
+    an UPDATE of ``runner_id`` only), and ``runner_online`` turns false when
+    heartbeats stop, with no write. ``include_items`` shapes the body;
+    ``representation`` is the negotiated media type (``application/json; indent=2``
+    renders other bytes). ``tests/api/test_snapshot_etag.py`` pins what it covers.
     """
-    runner = session.runner
     parts = [
         SNAPSHOT_FORMAT,
-        session.id,
         session.last_event_seq,
         session.updated_at.isoformat(),
-        session.agent_id,
-        session.agent.name,
-        session.status,
-        session.title,
-        session.labels,
-        session.runner_id,
-        runner.online if runner is not None else True,
-        session.last_task_error,
-        session.active_response_id,
-        session.share_workspace_files,
-        level,
+        session_row(session, level=level, pending_count=0),
         include_items,
         representation,
     ]

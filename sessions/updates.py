@@ -24,9 +24,9 @@ whole row, so the current row stands for a run of changes.
 Who hears: the users holding a direct grant on the session, as ``GET /v1/sessions``
 lists sessions by direct grant (an admin's list is personal too).
 
-On the hot path (a turn's status changes twice a turn): inside a runner batch
-(``eventlog.writing_events``) the session's announcements are stored once, at the end
-of the block; each is one statement on PostgreSQL (``list_log``).
+On the hot path (a turn's status changes twice a turn): in a runner batch's unit of
+work (``eventlog.writing_events``, passed as ``unit``) the session's announcements are
+stored once, at the end of the unit; each is one statement on PostgreSQL (``list_log``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 from django.db import transaction
 
 from . import list_log
-from .eventlog import Publication, at_block_end, publish_later, send_all, sse_frame
+from .eventlog import Publication, WriteUnit, at_block_end, publish_later, send_all, sse_frame
 from .list_watch import lists_open
 from .models import ListEvent, Permission, Session
 from .selectors import runner_session_list_rows, session_list_rows, user_session_list_rows
@@ -56,19 +56,28 @@ def user_group(user_pk: int) -> str:
     return f"updates.{user_pk}"
 
 
-def announce_session(*, session_id: str, kind: RowKind = UPDATED, only: int | None = None) -> None:
+def announce_session(
+    *,
+    session_id: str,
+    kind: RowKind = UPDATED,
+    only: int | None = None,
+    unit: WriteUnit | None = None,
+) -> None:
     """Log the change of the session's row for its grantees (or for user ``only``) and,
-    after the commit, send them the row."""
+    after the commit, send them the row (with what ``unit`` publishes, if it does)."""
     if only is None and at_block_end(
         session_id=session_id,
         key=("list-row", session_id, kind),
-        action=lambda: _announce_session(session_id, kind, None),
+        action=lambda: _announce_session(session_id, kind, None, unit),
+        unit=unit,
     ):
         return
-    _announce_session(session_id, kind, only)
+    _announce_session(session_id, kind, only, unit)
 
 
-def _announce_session(session_id: str, kind: RowKind, only: int | None) -> None:
+def _announce_session(
+    session_id: str, kind: RowKind, only: int | None, unit: WriteUnit | None
+) -> None:
     with transaction.atomic(savepoint=False):
         numbers = list_log.record_session(session_id=session_id, kind=_LOGGED[kind], only=only)
         if numbers:
@@ -77,6 +86,7 @@ def _announce_session(session_id: str, kind: RowKind, only: int | None) -> None:
                 _Rows(
                     lambda: session_list_rows(session_id=session_id, user_pk=only), kind, numbers
                 ),
+                unit,
             )
 
 
@@ -101,6 +111,7 @@ def announce_runner_sessions(*, runner_id: str) -> None:
             _publish_after_commit(
                 ("runner-rows", runner_id),
                 _Rows(lambda: runner_session_list_rows(runner_id=runner_id), UPDATED, numbers),
+                None,
             )
 
 
@@ -139,9 +150,9 @@ class _Rows:
         return [(group, message) for _seq, group, message in messages]
 
 
-def _publish_after_commit(key: tuple[Any, ...], rows: _Rows) -> None:
+def _publish_after_commit(key: tuple[Any, ...], rows: _Rows, unit: WriteUnit | None) -> None:
     def publish() -> None:
-        kept = publish_later(key, rows)
+        kept = publish_later(key, rows, unit=unit)
         if isinstance(kept, _Rows) and kept is not rows:
             kept.merge(rows)
 

@@ -501,7 +501,7 @@ def test_insert_row_stores_what_create_stores(
 )
 def test_the_hottest_routes_are_tried_first(path: str, name: str) -> None:
     """The snapshot and the message ``POST`` resolve in the URLconf's first ``include``
-    (runners/session_urls.py), so no other route list is tried on the way; and
+    (the first routes of api/urls.py), so no other route list is tried on the way; and
     ``sessions/updates`` is not taken for a session id."""
     from django.urls import get_resolver
 

@@ -28,8 +28,9 @@ from omnigent_site.users import get_or_create_user
 from runners import runner_events
 from runners import services as runner_services
 from runners.models import Runner
-from sessions import approvals, snapshot_cache
+from sessions import approvals, selectors, shapes, snapshot_cache
 from sessions.models import Agent, Approval, Item, Session, Turn
+from sessions.shapes import SessionOut, SessionRowOut
 from sessions.snapshot_cache import BodyCache
 
 from .conftest import ALICE, BOB, CAROL, DAVE
@@ -362,6 +363,43 @@ def test_an_admin_edit_of_an_item_changes_it(client_for, create_session, django_
     response = get(alice, session_id, HTTP_IF_NONE_MATCH=before)
     assert response.status_code == 200
     assert json.loads(response.content)["items"] == []
+
+
+# --- what its input covers -------------------------------------------------------------
+
+# The snapshot's fields outside its row shape: the transcript and the open questions,
+# which change only with an event, so ``last_event_seq`` stands for them.
+STOOD_FOR_BY_THE_EVENT_SEQUENCE = {"items", "pending_elicitations"}
+
+
+def _keys(shape: Any) -> set[str]:
+    return set(shape.__required_keys__ | shape.__optional_keys__)
+
+
+def test_the_snapshot_is_its_row_plus_what_the_event_sequence_stands_for() -> None:
+    """A field added to ``SessionOut`` outside the row would not be in the ETag's input:
+    add it to ``session_row`` (covered) or make it change only with an event."""
+    assert _keys(SessionOut) - _keys(SessionRowOut) == STOOD_FOR_BY_THE_EVENT_SEQUENCE
+
+
+@pytest.mark.parametrize("field", sorted(_keys(SessionRowOut)))
+def test_every_row_field_is_in_its_input(
+    field: str, create_session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session_id = create_session(ALICE)
+    session, level = selectors.session_for(
+        session_id=session_id, user=get_or_create_user(ALICE), level=1
+    )
+
+    def etag() -> str:
+        return selectors.snapshot_etag(session=session, level=level, include_items=True)
+
+    before = etag()
+    real = shapes.session_row
+    monkeypatch.setattr(
+        selectors, "session_row", lambda *args, **kwargs: {**real(*args, **kwargs), field: "x"}
+    )
+    assert etag() != before
 
 
 # --- the cache's bounds -----------------------------------------------------------------

@@ -9,6 +9,7 @@ database and the in-memory channel layer.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -362,9 +363,28 @@ def test_collected_publications_of_a_failing_block_are_sent_before_the_error(
     session, _turn, _runner = bound
     layer, channel = listening(session_group(session.id))
     with pytest.raises(RuntimeError, match="after the commit"):
-        with eventlog.collecting_publications() as publications:
-            record_event(session_id=session.id, payload={"type": "session.note", "n": 1})
+        with eventlog.collecting_publications() as unit:
+            record_event(session_id=session.id, payload={"type": "session.note", "n": 1}, unit=unit)
             raise RuntimeError("after the commit")
-    assert [group for group, _message in publications] == [session_group(session.id)]
+    assert [group for group, _message in unit.publications] == [session_group(session.id)]
     message = async_to_sync(layer.receive)(channel)
     assert [seq for seq, _frame in message["events"]] == [stored(session.id)[-1].seq]
+
+
+def test_only_writes_given_the_unit_are_held(bound: tuple[Session, Turn, Runner]) -> None:
+    """The unit of work is explicit: a write not given it inside the block is published
+    at once, as anywhere else; one given it waits for the block's end."""
+    session, _turn, _runner = bound
+    layer, channel = listening(session_group(session.id))
+    with eventlog.collecting_publications() as unit:
+        plain = record_event(session_id=session.id, payload={"type": "session.note", "n": 1})
+        message = async_to_sync(layer.receive)(channel)
+        assert [seq for seq, _frame in message["events"]] == [plain.seq]
+        held = record_event(
+            session_id=session.id, payload={"type": "session.note", "n": 2}, unit=unit
+        )
+        with pytest.raises(asyncio.TimeoutError):
+            async_to_sync(asyncio.wait_for)(layer.receive(channel), 0.2)
+    assert [group for group, _message in unit.publications] == [session_group(session.id)]
+    assert [seq for seq, _frame in unit.publications[0][1]["events"]] == [held.seq]
+    assert not [value for value in vars(eventlog).values() if isinstance(value, threading.local)]

@@ -5,7 +5,7 @@
   for tests, benchmarks and the demo; a production module that imported them would ship
   a test double, or fail where they are not installed.
 - The import contracts of ``pyproject.toml`` (import-linter) hold, and each one fails on
-  the import it forbids: apps in one direction, the runner without Django, no test
+  the import it forbids: apps in one direction (``api`` and ``web`` independent), the runner without Django, no test
   doubles in production, services and selectors without DRF (docs/architecture.md).
 """
 
@@ -22,7 +22,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-PRODUCTION_APPS = ("omnigent_site", "omnigent_runner", "sessions", "runners", "workspaces", "web")
+PRODUCTION_APPS = (
+    "api",
+    "omnigent_site",
+    "omnigent_runner",
+    "sessions",
+    "runners",
+    "workspaces",
+    "web",
+)
 FORBIDDEN = ("testing", "tests")
 ROOT_PACKAGES = (*PRODUCTION_APPS, "testing")
 
@@ -103,12 +111,15 @@ def _fake_project(root: Path, modules: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     ("module", "source", "contract"),
     [
-        ("sessions.views", "import runners.models\n", "apps-in-one-direction"),
-        ("workspaces.views", "from runners import dispatch\n", "apps-in-one-direction"),
-        ("omnigent_site.urls", "import sessions.views\n", "apps-in-one-direction"),
+        ("sessions.selectors", "import runners.models\n", "apps-in-one-direction"),
+        ("workspaces.selectors", "from runners import dispatch\n", "apps-in-one-direction"),
+        ("omnigent_site.urls", "import sessions.selectors\n", "apps-in-one-direction"),
+        ("runners.services", "import api.views\n", "apps-in-one-direction"),
+        ("api.views", "import web.views\n", "apps-in-one-direction"),
+        ("web.views", "from api import views\n", "apps-in-one-direction"),
         ("omnigent_runner.tunnel", "import django\n", "runner-without-django"),
         ("omnigent_runner.agent", "import sessions.models\n", "runner-without-django"),
-        ("runners.views", "import testing.mockllm\n", "no-test-doubles-in-production"),
+        ("api.views", "import testing.mockllm\n", "no-test-doubles-in-production"),
         ("sessions.services", "import rest_framework\n", "domain-layer-without-drf"),
     ],
 )

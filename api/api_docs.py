@@ -23,11 +23,15 @@ from drf_spectacular.renderers import (
     OpenApiYamlRenderer,
     OpenApiYamlRenderer2,
 )
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView
+from drf_spectacular.views import (
+    SpectacularAPIView,
+    SpectacularRedocView,
+    SpectacularSwaggerView,
+)
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from .renderers import FinalNewlineMixin
+from omnigent_site.renderers import FinalNewlineMixin
 
 REDOC_CONTENT_SECURITY_POLICY = "; ".join(
     [
@@ -58,6 +62,11 @@ class SchemaView(SpectacularAPIView):
         SchemaJSONRenderer,
         SchemaPlainJSONRenderer,
     ]
+
+
+class SwaggerView(SpectacularSwaggerView):
+    """Swagger UI (``/v1/docs``) as drf-spectacular serves it; named here so that every
+    ``/v1`` view is this package's."""
 
 
 class OfflineRedocView(SpectacularRedocView):

@@ -25,12 +25,11 @@ from omnigent_site.domain_errors import NotFound
 from omnigent_site.pagination import paginate, parse_list_params
 from omnigent_site.parsers import JSONParser
 from omnigent_site.schema import error_responses, list_parameters
-
-from . import file_store, file_types, files, fork, selectors
-from .file_upload import SessionFileParser, SessionFileUpload
-from .permissions import EDIT, OWNER, READ, SessionAccess, SessionScopedMixin
-from .serializers import ForkSerializer
-from .shapes import (
+from sessions import file_store, file_types, files, fork, selectors
+from sessions.file_upload import SessionFileParser, SessionFileUpload
+from sessions.permissions import EDIT, OWNER, READ, SessionAccess, SessionScopedMixin
+from sessions.serializers import ForkSerializer
+from sessions.shapes import (
     SessionFileDeletedOut,
     SessionFileOut,
     SessionFilePage,
@@ -39,6 +38,7 @@ from .shapes import (
     session_file_body,
     session_file_deleted_body,
 )
+
 from .views import require_content_type
 
 FILE_UPLOAD = {

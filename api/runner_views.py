@@ -11,10 +11,9 @@ from rest_framework.views import APIView
 
 from omnigent_site.authentication import request_user
 from omnigent_site.schema import error_responses
-
-from . import selectors, services
-from .serializers import RunnerCreateSerializer
-from .shapes import (
+from runners import selectors, services
+from runners.serializers import RunnerCreateSerializer
+from runners.shapes import (
     RunnerCreatedOut,
     RunnerDeletedOut,
     RunnerList,

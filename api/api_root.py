@@ -6,6 +6,8 @@ a browser has somewhere to start (http-api.md lists the endpoints).
 
 from __future__ import annotations
 
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.permissions import AllowAny
@@ -13,6 +15,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.views import APIView
+
+from omnigent_site.errors import not_found_view
 
 ENTRY_POINTS = {
     "me": "me",
@@ -38,3 +42,11 @@ class ApiRootView(APIView):
         return Response(
             {name: reverse(url_name, request=request) for name, url_name in ENTRY_POINTS.items()}
         )
+
+
+@csrf_exempt
+def unknown_route(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+    """The ``/v1`` fallback: unknown API routes answer in the error format even with
+    DEBUG on, for every method (CSRF-exempt like the API views, or a POST would get
+    Django's HTML 403)."""
+    return not_found_view(request)

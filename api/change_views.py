@@ -11,10 +11,9 @@ from rest_framework.views import APIView
 
 from omnigent_site.schema import error_responses
 from sessions.permissions import SessionAccess, SessionScopedMixin
-
-from .selectors import session_changes
-from .serializers import check_environment, check_relative_path
-from .shapes import ChangeList, FileDiffOut, change_list_body, file_diff_body
+from workspaces.selectors import session_changes
+from workspaces.serializers import check_environment, check_relative_path
+from workspaces.shapes import ChangeList, FileDiffOut, change_list_body, file_diff_body
 
 
 class ChangesView(SessionScopedMixin, APIView):

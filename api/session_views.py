@@ -25,6 +25,8 @@ from omnigent_site.async_views import AsyncAPIView, RenderJSONOnLoopMixin
 from omnigent_site.authentication import request_user
 from omnigent_site.renderers import JSONRenderer
 from omnigent_site.schema import error_responses
+from runners import dispatch, services, verdicts
+from runners.shapes import EventAcceptedOut
 from sessions import selectors, snapshot_cache
 from sessions import services as session_services
 from sessions.models import Session
@@ -36,10 +38,6 @@ from sessions.serializers import (
     SessionUpdateSerializer,
 )
 from sessions.shapes import SessionDeletedOut, SessionOut, session_body, session_deleted_body
-
-from . import dispatch, services
-from .approval_views import answer_elicitation
-from .shapes import EventAcceptedOut
 
 
 class SessionDetailView(SessionScopedMixin, APIView):
@@ -276,7 +274,7 @@ class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView)
         elif kind == "approval":
             answer = ApprovalEventSerializer(data=event["data"])
             answer.is_valid(raise_exception=True)
-            await answer_elicitation(
+            await verdicts.answer_elicitation(
                 session=self.session,
                 approval_id=answer.validated_data["elicitation_id"],
                 action=answer.validated_data["action"],

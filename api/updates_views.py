@@ -10,16 +10,16 @@ from rest_framework.request import Request
 from omnigent_site.async_views import AsyncAPIView
 from omnigent_site.authentication import request_user
 from omnigent_site.schema import EventStream, error_responses
+from sessions import updates_events
+from sessions.stream import parse_resume_point
+from sessions.updates_stream import UpdatesStream
 
-from . import updates_events
-from .stream import parse_resume_point
 from .stream_views import (
     EventStreamViewMixin,
     event_stream_response,
     sse_event_schema,
     stream_parameters,
 )
-from .updates_stream import UpdatesStream
 
 UPDATES_STREAM = EventStream(
     "SessionListStreamFrame",

@@ -34,6 +34,7 @@ from omnigent_site.async_views import AsyncAPIView, RenderJSONOnLoopMixin
 from omnigent_site.domain_errors import Forbidden, PayloadTooLarge, RunnerUnavailable
 from omnigent_site.renderers import JSONRenderer
 from omnigent_site.schema import error_responses
+from runners import workspace_relay
 from sessions.permissions import EDIT, READ, SessionAccess, SessionScopedMixin
 from workspaces.serializers import (
     WorkspaceEditSerializer,
@@ -53,8 +54,6 @@ from workspaces.shapes import (
     workspace_file_body,
     workspace_listing_body,
 )
-
-from . import workspace_relay
 
 LIST_MAX_LIMIT = 1000
 SEARCH_MAX_LIMIT = 500

@@ -23,18 +23,17 @@ from omnigent_site.pagination import MAX_LIMIT, paginate, parse_list_params
 from omnigent_site.parsers import JSONParser, MultiPartParser
 from omnigent_site.schema import error_responses, list_parameters
 from omnigent_site.users import is_admin
-
-from . import selectors, services
-from .models import Permission
-from .permissions import MANAGE, OWNER, READ, SessionAccess, SessionScopedMixin
-from .serializers import (
+from sessions import selectors, services
+from sessions.models import Permission
+from sessions.permissions import MANAGE, OWNER, READ, SessionAccess, SessionScopedMixin
+from sessions.serializers import (
     BundleUploadForm,
     PermissionGrantSerializer,
     SessionCreateSerializer,
     SessionUploadForm,
     parse_metadata_part,
 )
-from .shapes import (
+from sessions.shapes import (
     AgentDeletedOut,
     AgentOut,
     AgentPage,

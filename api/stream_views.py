@@ -16,10 +16,9 @@ from omnigent_site.renderers import JSONRenderer
 from omnigent_site.runtime.flow import SCOPE_KEY
 from omnigent_site.schema import EventStream, error_responses
 from omnigent_site.stream_slots import SlotStreamingResponse, claim_stream_slot
-
-from . import stream_events
-from .permissions import SessionAccess, SessionScopedMixin
-from .stream import RESUME_POINT_SCHEMA, SessionStream, parse_resume_point
+from sessions import stream_events
+from sessions.permissions import SessionAccess, SessionScopedMixin
+from sessions.stream import RESUME_POINT_SCHEMA, SessionStream, parse_resume_point
 
 
 def sse_event_schema(description: str) -> dict[str, Any]:

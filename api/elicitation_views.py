@@ -14,10 +14,9 @@ from rest_framework.views import APIView
 
 from omnigent_site.pagination import paginate, parse_list_params
 from omnigent_site.schema import error_responses, list_parameters
-
-from . import selectors
-from .approval_shapes import ElicitationOut, ElicitationPage, elicitation_body
-from .permissions import SessionAccess, SessionScopedMixin
+from sessions import selectors
+from sessions.approval_shapes import ElicitationOut, ElicitationPage, elicitation_body
+from sessions.permissions import SessionAccess, SessionScopedMixin
 
 STATUS_FILTERS = ("pending", "resolved")
 

@@ -1,0 +1,135 @@
+"""Every ``/v1`` route, in the order Django tries them (http-api.md lists the endpoints).
+
+Order matters twice: Django tries routes top to bottom on every request, so the routes
+clients ask for most come first (a poller reads the snapshot many times a second and
+every turn starts with a message ``POST``); and ``sessions/updates`` must come before
+``sessions/<session_id>``, which would take ``updates`` for a session id. Past the hot
+routes, grouped by resource. ``tests/unit/test_api_urls.py`` checks that every ``/v1``
+view is defined in this package.
+"""
+
+from django.urls import path, re_path
+
+from . import (
+    approval_views,
+    change_views,
+    elicitation_views,
+    file_views,
+    runner_views,
+    session_views,
+    stream_views,
+    updates_views,
+    views,
+    workspace_views,
+)
+from .api_docs import OfflineRedocView, SchemaView, SwaggerView
+from .api_root import ApiRootView, unknown_route
+
+_SESSION = "sessions/<str:session_id>"
+_ENVIRONMENT = f"{_SESSION}/resources/environments/<str:env>"
+
+urlpatterns = [
+    # Hot routes first: the session-list stream, the snapshot, the message POST.
+    path("sessions/updates", updates_views.SessionUpdatesView.as_view(), name="session-updates"),
+    path(_SESSION, session_views.SessionDetailView.as_view(), name="session-detail"),
+    path(f"{_SESSION}/events", session_views.SessionEventsView.as_view(), name="session-events"),
+    # Sessions.
+    path("sessions", views.SessionListView.as_view(), name="session-list"),
+    path(f"{_SESSION}/agent", views.SessionAgentView.as_view(), name="session-agent"),
+    path(f"{_SESSION}/fork", file_views.SessionForkView.as_view(), name="session-fork"),
+    path(
+        f"{_SESSION}/permissions",
+        views.PermissionListView.as_view(),
+        name="session-permissions",
+    ),
+    path(
+        f"{_SESSION}/permissions/<str:user_id>",
+        views.PermissionDetailView.as_view(),
+        name="session-permission",
+    ),
+    # Items and turns (the API calls a turn a response).
+    path(f"{_SESSION}/items", views.SessionItemsView.as_view(), name="session-items"),
+    path(f"{_SESSION}/responses", views.ResponseListView.as_view(), name="session-responses"),
+    path(
+        f"{_SESSION}/responses/<str:response_id>",
+        views.ResponseDetailView.as_view(),
+        name="session-response",
+    ),
+    # Stream.
+    path(f"{_SESSION}/stream", stream_views.SessionStreamView.as_view(), name="session-stream"),
+    # Session files.
+    path(
+        f"{_SESSION}/resources/files",
+        file_views.SessionFileListView.as_view(),
+        name="session-files",
+    ),
+    path(
+        f"{_SESSION}/resources/files/<str:file_id>",
+        file_views.SessionFileDetailView.as_view(),
+        name="session-file",
+    ),
+    path(
+        f"{_SESSION}/resources/files/<str:file_id>/content",
+        file_views.SessionFileContentView.as_view(),
+        name="session-file-content",
+    ),
+    # Workspace: files on the runner's machine, and the stored change set.
+    path(
+        f"{_ENVIRONMENT}/filesystem",
+        workspace_views.FilesystemRootView.as_view(),
+        name="workspace-root",
+    ),
+    path(
+        f"{_ENVIRONMENT}/filesystem/<path:path>",
+        workspace_views.FilesystemPathView.as_view(),
+        name="workspace-path",
+    ),
+    path(f"{_ENVIRONMENT}/search", workspace_views.SearchView.as_view(), name="workspace-search"),
+    path(f"{_ENVIRONMENT}/changes", change_views.ChangesView.as_view(), name="session-changes"),
+    path(
+        f"{_ENVIRONMENT}/diff/<path:path>",
+        change_views.DiffView.as_view(),
+        name="session-diff",
+    ),
+    # Approvals and policies.
+    path(
+        f"{_SESSION}/elicitations",
+        elicitation_views.ElicitationListView.as_view(),
+        name="session-elicitations",
+    ),
+    path(
+        f"{_SESSION}/elicitations/<str:elicitation_id>",
+        elicitation_views.ElicitationDetailView.as_view(),
+        name="session-elicitation",
+    ),
+    path(
+        f"{_SESSION}/elicitations/<str:elicitation_id>/resolve",
+        approval_views.ElicitationResolveView.as_view(),
+        name="session-elicitation-resolve",
+    ),
+    path(
+        f"{_SESSION}/policies",
+        approval_views.SessionPoliciesView.as_view(),
+        name="session-policies",
+    ),
+    # Runners.
+    path("runners", runner_views.RunnerListView.as_view(), name="runner-list"),
+    path("runners/<str:runner_id>", runner_views.RunnerDetailView.as_view(), name="runner-detail"),
+    path(
+        "runners/<str:runner_id>/status",
+        runner_views.RunnerStatusView.as_view(),
+        name="runner-status",
+    ),
+    # Agents.
+    path("agents", views.AgentListView.as_view(), name="agent-list"),
+    path("agents/<str:agent_id>", views.AgentDetailView.as_view(), name="agent-detail"),
+    # Me.
+    path("me", views.MeView.as_view(), name="me"),
+    # The API's root and documents.
+    path("", ApiRootView.as_view(), name="api-root"),
+    path("schema", SchemaView.as_view(), name="schema"),
+    path("docs", SwaggerView.as_view(url_name="schema"), name="docs"),
+    path("redoc", OfflineRedocView.as_view(url_name="schema"), name="redoc"),
+    # Any other /v1 path: a 404 in the error format.
+    re_path(r"", unknown_route),
+]
