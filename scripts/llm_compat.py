@@ -63,7 +63,7 @@ TURN_DEADLINE_S = 300.0
 PROMPT = "You are a helpful assistant. Answer briefly."
 # About 3,500 words: well past a 2,048-token context window.
 LONG_PROMPT = "Summarise this text. " + " ".join(
-    f"Paragraph {n} says the river keeps flowing past the old mill at dawn." for n in range(300)
+    f"Paragraph {n} says the river keeps flowing past the old mill at dawn." for n in range(269)
 )
 
 
