@@ -20,6 +20,7 @@ httpx transport (``docs/performance.md``, item 26). ``httpx`` keeps the SDK's de
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -34,6 +35,7 @@ from omnigent_runner.config import DEFAULT_LLM_HTTP_CLIENT, LLM_HTTP_CLIENTS
 from omnigent_runner.transcript import to_chat_messages, to_responses_input, to_responses_tools
 
 DeltaCallback = Callable[[str], None]
+logger = logging.getLogger(__name__)
 
 # The turn's error when a stream stops short of its end marker (agents.md, Failures).
 STREAM_ENDED_EARLY = "the model's stream ended before the answer was complete"
@@ -427,13 +429,15 @@ async def _empty_stream_message(
     is not used (the turn fails either way).
     """
     try:
-        await client.with_options(max_retries=0).chat.completions.create(
+        # With the client's retries: the server may close the connection the empty
+        # stream came on, and a 4xx is never retried.
+        await client.chat.completions.create(
             model=request.model, messages=[], extra_body={**body, "max_tokens": 1}
         )
     except openai.APIStatusError as exc:
         return f"{STREAM_ENDED_EARLY}; without streaming, {_status_message(exc, request)}"
-    except openai.APIError:
-        pass
+    except openai.APIError as exc:
+        logger.info("an empty Chat stream; asking without streaming failed too: %r", exc)
     return STREAM_ENDED_EARLY
 
 
