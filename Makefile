@@ -14,7 +14,7 @@ WORKSPACE ?= ./workspace
 LLM ?= env
 MOCK_PORT ?= 8765
 
-.PHONY: run test test-postgres demo bench lint bootstrap bootstrap-dev runner-wheel
+.PHONY: run test test-postgres demo bench lint bootstrap bootstrap-dev runner-wheel llm-compat
 
 # `make run` installs the runtime set only; tests, linters and benchmarks add the
 # development set (requirements-dev.txt includes requirements.txt).
@@ -70,6 +70,11 @@ bench: bootstrap-dev
 	$(BIN)/python -m bench.policies
 	$(BIN)/python -m bench.files
 	$(BIN)/python -m bench.workspace
+
+# The runner against llama-cpp-python's real server (outside CI; docs/testing.md). The
+# first run compiles llama.cpp into var/llm-compat/venv. ARGS: e.g. --runner-from main.
+llm-compat: bootstrap-dev
+	$(BIN)/python -m scripts.llm_compat $(ARGS)
 
 lint: bootstrap-dev
 	$(BIN)/ruff format --check .

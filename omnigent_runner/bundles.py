@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - PyYAML built without libyaml
     CParser = None  # type: ignore[assignment,misc]
 
 from omnigent_runner.policies import NO_GUARDRAILS, Guardrails, RuleError, parse_guardrails
+from omnigent_runner.tools.sys_os import TOOL_NAMES as BUILTIN_TOOL_NAMES
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,9 @@ DEFAULT_MAX_ITERATIONS = 50
 MAX_ITERATIONS_CAP = 1000
 DEFAULT_TIMEOUT = 600.0
 APIS = ("responses", "chat_completions")
+TOOL_CHOICE_MODES = ("auto", "required", "none")
+# A function name as OpenAI's APIs accept it.
+TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 KNOWN_KEYS = frozenset(
     {
@@ -113,6 +117,8 @@ class AgentSpec:
     raw: dict[str, Any] = field(repr=False, compare=False)
     # The checked ``guardrails`` block (approvals.md); its rules are data, never code.
     guardrails: Guardrails = NO_GUARDRAILS
+    # ``executor.tool_choice``: a mode or a tool name; None leaves it to the server.
+    tool_choice: str | None = None
 
     def public_dict(self) -> dict[str, Any]:
         """Every field as JSON-safe data with the API key masked, for storing and returning.
@@ -131,6 +137,7 @@ class AgentSpec:
             "base_url": self.base_url,
             "max_iterations": self.max_iterations,
             "timeout": self.timeout,
+            "tool_choice": self.tool_choice,
             "os_env": None if self.os_env is None else vars(self.os_env).copy(),
             "unknown_keys": list(self.unknown_keys),
             "guardrails": self.guardrails.as_json(),
@@ -505,6 +512,7 @@ def _build_spec(
         )
     api_key, base_url = _auth(executor)
 
+    os_env = _os_env(raw)
     unknown = tuple(key for key in raw if key not in KNOWN_KEYS)
     if unknown:
         logger.warning(
@@ -521,10 +529,11 @@ def _build_spec(
         base_url=base_url,
         max_iterations=_max_iterations(executor.get("max_iterations")),
         timeout=_timeout(executor.get("timeout")),
-        os_env=_os_env(raw),
+        os_env=os_env,
         unknown_keys=unknown,
         raw=raw,
         guardrails=_guardrails(raw.get("guardrails")),
+        tool_choice=_tool_choice(executor.get("tool_choice"), has_os_env=os_env is not None),
     )
 
 
@@ -565,6 +574,31 @@ def _auth(executor: Mapping[str, Any]) -> tuple[str | None, str | None]:
             "executor.auth.api_key is missing or empty (required with type 'api_key')"
         )
     return api_key, _opt_str(auth, "base_url", "executor.auth.base_url")
+
+
+def _tool_choice(value: Any, *, has_os_env: bool) -> str | None:
+    """``executor.tool_choice``: a mode, or one tool's name. A built-in name must be one
+    of the ``sys_os_*`` tools and needs ``os_env``; a client tool's name can only be
+    checked per turn, against the tools the message brings (``turn.py``)."""
+    if value is None or value in TOOL_CHOICE_MODES:
+        return value
+    if not isinstance(value, str) or not TOOL_NAME_RE.fullmatch(value):
+        raise BundleError(
+            "executor.tool_choice must be 'auto', 'required', 'none' or the name of a tool "
+            f"(got {_short(value)})"
+        )
+    if value.startswith("sys_os_"):
+        if value not in BUILTIN_TOOL_NAMES:
+            raise BundleError(
+                f"executor.tool_choice names {value!r}, which is not a built-in tool "
+                f"({', '.join(BUILTIN_TOOL_NAMES)})"
+            )
+        if not has_os_env:
+            raise BundleError(
+                f"executor.tool_choice names {value!r}, but the agent has no os_env, "
+                "so it has no sys_os_* tools"
+            )
+    return value
 
 
 def _max_iterations(value: Any) -> int:

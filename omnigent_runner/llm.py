@@ -21,18 +21,27 @@ default.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
+import httpx2
 import openai
 
 from omnigent_runner.config import DEFAULT_LLM_HTTP_CLIENT, LLM_HTTP_CLIENTS
 from omnigent_runner.transcript import to_chat_messages, to_responses_input, to_responses_tools
 
 DeltaCallback = Callable[[str], None]
+logger = logging.getLogger(__name__)
+
+# The turn's error when a stream stops short of its end marker (agents.md, Failures).
+STREAM_ENDED_EARLY = "the model's stream ended before the answer was complete"
+CONNECTION_BROKE = "the connection to the LLM broke during its answer"
+TOOL_CHOICE_MODES = ("auto", "required", "none")
 
 
 class LLMError(Exception):
@@ -68,6 +77,19 @@ class ModelRequest:
     instructions: str
     history: Sequence[dict[str, Any]]
     tools: Sequence[dict[str, Any]]
+    # ``executor.tool_choice``: a mode (``TOOL_CHOICE_MODES``) or a tool name; None: not
+    # sent. Sent only with tools, spelt per API (see :func:`tool_choice_body`).
+    tool_choice: str | None = None
+
+
+def tool_choice_body(api: str, choice: str | None) -> str | dict[str, Any] | None:
+    """``tool_choice`` as ``api`` spells it: a mode as is, a tool name as the API's
+    object naming one function (Chat nests the name under ``function``)."""
+    if choice is None or choice in TOOL_CHOICE_MODES:
+        return choice
+    if api == "chat_completions":
+        return {"type": "function", "function": {"name": choice}}
+    return {"type": "function", "name": choice}
 
 
 class ClientPool:
@@ -112,20 +134,54 @@ async def call_model(
 
     The SDK has already retried what it retries (connection errors, 408/409/429/5xx)
     by the time an exception reaches us, so every failure here is final for the turn.
+    A connection that breaks once the answer has begun is told apart from one that
+    never opened: the server was reached, and the transport's words for the break
+    (aiohttp's "TransferEncodingError: 400") read like an HTTP status.
     """
+    progress = _Progress()
     try:
         if request.api == "chat_completions":
-            return await _call_chat(client, request, on_delta)
-        return await _call_responses(client, request, on_delta)
+            return await _call_chat(client, request, on_delta, progress)
+        return await _call_responses(client, request, on_delta, progress)
     except openai.APIStatusError as exc:
-        raise LLMError("llm_error", f"LLM returned HTTP {exc.status_code}: {_detail(exc)}") from exc
+        raise LLMError("llm_error", _status_message(exc, request)) from exc
     except openai.APIConnectionError as exc:
+        if progress.answering:
+            raise LLMError("connection_error", CONNECTION_BROKE) from exc
         raise LLMError(
             "connection_error",
             f"cannot reach the LLM at {client.base_url}: {_connection_detail(exc)}",
         ) from exc
     except openai.APIError as exc:
         raise LLMError("llm_error", f"LLM error: {_detail(exc)}") from exc
+    except (httpx2.TransportError, aiohttp.ClientError) as exc:
+        # A break while the body streams is raised by the transport as it is (the SDK
+        # wraps only what happens before the response).
+        if not progress.answering:
+            raise
+        raise LLMError("connection_error", CONNECTION_BROKE) from exc
+
+
+@dataclass
+class _Progress:
+    """How far a call got: ``answering`` once the response's headers said 200."""
+
+    answering: bool = False
+
+
+def _status_message(exc: openai.APIStatusError, request: ModelRequest) -> str:
+    """The HTTP error as the turn's message; a 404 names the URL, and on the Responses
+    API the likely cause: a server that only has Chat Completions (llama.cpp, vLLM…)."""
+    if exc.status_code != 404:
+        return f"LLM returned HTTP {exc.status_code}: {_detail(exc)}"
+    url = str(exc.request.url) if exc.request is not None else "the LLM"
+    message = f"LLM returned HTTP 404 for {url}: {_detail(exc)}"
+    if request.api == "responses":
+        message += (
+            "; if the server has no Responses API, "
+            "`executor.api: chat_completions` is the likely fix"
+        )
+    return message
 
 
 def _connection_detail(exc: openai.APIConnectionError) -> str:
@@ -140,10 +196,13 @@ def _connection_detail(exc: openai.APIConnectionError) -> str:
 
 
 def _detail(exc: openai.APIError) -> str:
-    """The server's own error message when the body has one, else the SDK's."""
+    """The server's own error message when the body has one (OpenAI's ``message``, or
+    FastAPI's ``detail`` as llama-cpp-python and vLLM answer an unknown path), else the
+    SDK's."""
     body = exc.body
-    if isinstance(body, dict) and isinstance(body.get("message"), str):
-        return body["message"]
+    for key in ("message", "detail"):
+        if isinstance(body, dict) and isinstance(body.get(key), str):
+            return str(body[key])
     return exc.message
 
 
@@ -151,7 +210,9 @@ def _detail(exc: openai.APIError) -> str:
 
 
 @asynccontextmanager
-async def _open_event_stream(create: Any, **params: Any) -> AsyncIterator[AsyncIterator[Any]]:
+async def _open_event_stream(
+    create: Any, progress: _Progress, **params: Any
+) -> AsyncIterator[AsyncIterator[Any]]:
     """Send one streamed request and yield its events as decoded JSON, not SDK models.
 
     ``create`` is a resource's ``with_streaming_response.create`` (the SDK's public
@@ -182,6 +243,7 @@ async def _open_event_stream(create: Any, **params: Any) -> AsyncIterator[AsyncI
     or ``TypeError`` out of the turn.
     """
     async with create(stream=True, **params) as response:
+        progress.answering = True
         events: openai.AsyncStream[object] = await response.parse(to=openai.AsyncStream[object])
         yield events
 
@@ -190,7 +252,7 @@ async def _open_event_stream(create: Any, **params: Any) -> AsyncIterator[AsyncI
 
 
 async def _call_responses(
-    client: openai.AsyncOpenAI, request: ModelRequest, on_delta: DeltaCallback
+    client: openai.AsyncOpenAI, request: ModelRequest, on_delta: DeltaCallback, progress: _Progress
 ) -> ModelAnswer:
     """Stream one Responses answer, sending the conversation and tools as ``extra_body``.
 
@@ -214,11 +276,16 @@ async def _call_responses(
         body["instructions"] = request.instructions
     if request.tools:
         body["tools"] = to_responses_tools(request.tools)
+        if request.tool_choice is not None:
+            body["tool_choice"] = tool_choice_body(request.api, request.tool_choice)
     deltas: list[str] = []
     done_items: list[Any] = []
     final_output: list[Any] | None = None
     async with _open_event_stream(
-        client.responses.with_streaming_response.create, model=request.model, extra_body=body
+        client.responses.with_streaming_response.create,
+        progress,
+        model=request.model,
+        extra_body=body,
     ) as events:
         async for event in events:
             if not isinstance(event, dict):
@@ -240,10 +307,11 @@ async def _call_responses(
                 raise LLMError("llm_error", f"LLM response failed: {message}")
             elif kind == "error":
                 raise LLMError("llm_error", f"LLM stream error: {event.get('message')}")
-    items = done_items or final_output
-    if items is None:
-        raise LLMError("llm_error", "LLM stream ended before the response was complete")
-    return _answer_from_items(items, deltas)
+    if final_output is None:
+        # Only the end event says the answer is whole: items done before it may be
+        # followed by more (llama.cpp-style servers end a failed stream cleanly).
+        raise LLMError("llm_error", STREAM_ENDED_EARLY)
+    return _answer_from_items(done_items or final_output, deltas)
 
 
 def _field(value: Any, name: str) -> Any:
@@ -277,7 +345,7 @@ def _answer_from_items(items: Sequence[Any], deltas: Sequence[str]) -> ModelAnsw
 
 
 async def _call_chat(
-    client: openai.AsyncOpenAI, request: ModelRequest, on_delta: DeltaCallback
+    client: openai.AsyncOpenAI, request: ModelRequest, on_delta: DeltaCallback, progress: _Progress
 ) -> ModelAnswer:
     """Stream one Chat Completions answer, sending the messages and tools as ``extra_body``.
 
@@ -296,16 +364,23 @@ async def _call_chat(
     body: dict[str, Any] = {"messages": to_chat_messages(request.instructions, request.history)}
     if request.tools:
         body["tools"] = list(request.tools)
+        if request.tool_choice is not None:
+            body["tool_choice"] = tool_choice_body(request.api, request.tool_choice)
     texts: list[str] = []
     calls: dict[int, dict[str, str]] = {}
+    finished = False
+    chunk_count = 0
     async with _open_event_stream(
         client.chat.completions.with_streaming_response.create,
+        progress,
         model=request.model,
         messages=[],
         extra_body=body,
     ) as chunks:
         async for chunk in chunks:
+            chunk_count += 1
             for choice in _field(chunk, "choices") or []:
+                finished = finished or bool(_field(choice, "finish_reason"))
                 delta = _field(choice, "delta")
                 if not isinstance(delta, dict):
                     continue
@@ -326,6 +401,10 @@ async def _call_chat(
                         # The name comes whole (first chunk); some servers repeat it.
                         call["name"] = call["name"] or function.get("name") or ""
                         call["arguments"] += function.get("arguments") or ""
+    if not finished:
+        if chunk_count:
+            raise LLMError("llm_error", STREAM_ENDED_EARLY)
+        raise LLMError("llm_error", await _empty_stream_message(client, request, body))
     answer = ModelAnswer(text="".join(texts))
     for index in sorted(calls):
         call = calls[index]
@@ -337,6 +416,30 @@ async def _call_chat(
             )
         )
     return answer
+
+
+async def _empty_stream_message(
+    client: openai.AsyncOpenAI, request: ModelRequest, body: dict[str, Any]
+) -> str:
+    """Why a Chat stream ended with no data at all, as far as the server says.
+
+    llama-cpp-python reports errors raised after its stream began (a prompt beyond the
+    context window, a template error) as a clean, empty 200 stream, while the same
+    request without streaming gets the proper 4xx. So the request is sent once more,
+    unstreamed and capped at one token, only to read that error; its answer, if any,
+    is not used (the turn fails either way).
+    """
+    try:
+        # With the client's retries: the server may close the connection the empty
+        # stream came on, and a 4xx is never retried.
+        await client.chat.completions.create(
+            model=request.model, messages=[], extra_body={**body, "max_tokens": 1}
+        )
+    except openai.APIStatusError as exc:
+        return f"{STREAM_ENDED_EARLY}; without streaming, {_status_message(exc, request)}"
+    except openai.APIError as exc:
+        logger.info("an empty Chat stream; asking without streaming failed too: %r", exc)
+    return STREAM_ENDED_EARLY
 
 
 def _new_call_id() -> str:

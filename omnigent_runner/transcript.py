@@ -240,7 +240,10 @@ def to_chat_messages(instructions: str, items: Iterable[Item]) -> list[Item]:
     """A system message, then the items as Chat messages.
 
     A function call joins the assistant message just before it (text and calls of one
-    answer form one message); tool outputs become ``tool`` messages.
+    answer form one message); tool outputs become ``tool`` messages. An assistant
+    message of calls only has ``"content": ""``: servers that type ``content`` as a
+    string (llama-cpp-python) answer 500 to ``null``, and leaving the key out breaks
+    its chat template; OpenAI accepts the empty string.
     """
     messages: list[Item] = []
     if instructions:
@@ -263,7 +266,7 @@ def to_chat_messages(instructions: str, items: Iterable[Item]) -> list[Item]:
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
             else:
-                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+                messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
         else:
             messages.append(
                 {"role": "tool", "tool_call_id": item.get("call_id"), "content": _output_text(item)}

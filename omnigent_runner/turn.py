@@ -26,7 +26,14 @@ import openai
 from omnigent_runner import gate, protocol
 from omnigent_runner.bundles import AgentSpec
 from omnigent_runner.coalesce import DEFAULT_DELTA_INTERVAL_MS, DeltaCoalescer
-from omnigent_runner.llm import ClientPool, FunctionCall, LLMError, ModelRequest, call_model
+from omnigent_runner.llm import (
+    TOOL_CHOICE_MODES,
+    ClientPool,
+    FunctionCall,
+    LLMError,
+    ModelRequest,
+    call_model,
+)
 from omnigent_runner.tools import sys_os
 from omnigent_runner.tools.changes import ChangeTracker
 from omnigent_runner.transcript import merge_tools
@@ -235,6 +242,7 @@ class TurnRunner:
             base_url=spec.base_url or self._env.get("OPENAI_BASE_URL") or None,
         )
         model = spec.model or self._env.get("OMNIGENT_DEFAULT_MODEL") or DEFAULT_MODEL
+        tool_choice = _tool_choice(spec.tool_choice, tools)
         await self._resume_asked_calls(builtin_names)
         for _ in range(spec.max_iterations):
             request = ModelRequest(
@@ -243,10 +251,16 @@ class TurnRunner:
                 instructions=spec.prompt,
                 history=list(self.session.history),
                 tools=tools,
+                tool_choice=tool_choice,
             )
             calls = await self._ask_model(client, request)
             if not calls:
                 return
+            if tool_choice not in (None, "auto", "none"):
+                # Forced once is enough: forced again, the model would call a tool after
+                # every tool output and never answer (and llama-cpp-python refuses a
+                # streamed ``auto``), so the follow-ups leave the choice to the server.
+                tool_choice = None
             await self._run_calls(calls, builtin_names, client_names)
         raise TurnFailed(
             "max_iterations_exceeded",
@@ -259,15 +273,18 @@ class TurnRunner:
     ) -> list[FunctionCall]:
         """One model call: stream its text up, report its message, return its calls."""
         message_id = new_item_id()
-        streamed = False
+        streamed: list[str] = []
 
         def on_delta(delta: str) -> None:
-            nonlocal streamed
             if delta:
-                streamed = True
+                streamed.append(delta)
                 self._delta(message_id, delta)
 
-        answer = await call_model(client, request, on_delta)
+        try:
+            answer = await call_model(client, request, on_delta)
+        except LLMError:
+            self._keep_partial_text(message_id, "".join(streamed))
+            raise
         if answer.text:
             if not streamed:
                 self._delta(message_id, answer.text)
@@ -281,6 +298,22 @@ class TurnRunner:
                 }
             )
         return answer.calls
+
+    def _keep_partial_text(self, message_id: str, text: str) -> None:
+        """Store the text a failed model call had already streamed, as an ``incomplete``
+        assistant message (the Responses API's word for an answer cut short): watchers
+        saw it, so the transcript keeps it too."""
+        if not text:
+            return
+        self._done(
+            {
+                "id": message_id,
+                "type": "message",
+                "status": "incomplete",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": text}],
+            }
+        )
 
     async def _start_calls(
         self,
@@ -491,6 +524,21 @@ class TurnRunner:
         self._deltas.flush()
         if not self.session.closing:
             self._emit_raw(event)
+
+
+def _tool_choice(choice: str | None, tools: list[Item]) -> str | None:
+    """The bundle's ``tool_choice`` for this turn's tools. A tool name must be one of
+    them (a client tool is known only now); with no tools there is nothing to choose."""
+    if choice is None or not tools:
+        return None
+    names = [tool["function"]["name"] for tool in tools]
+    if choice in TOOL_CHOICE_MODES or choice in names:
+        return choice
+    raise TurnFailed(
+        "agent_load_failed",
+        f"executor.tool_choice names the tool {choice!r}, which this turn does not offer "
+        f"(its tools: {', '.join(names)})",
+    )
 
 
 def _arguments(call: FunctionCall) -> tuple[dict[str, Any] | None, str]:

@@ -159,6 +159,29 @@ WALKTHROUGH_TURN: list[JsonDict] = [
 WALKTHROUGH_REPEATS = 100
 
 
+# Switchable behaviours of real OpenAI-compatible servers (issue 44), off by default;
+# each is named after what it does. Set in process (``MockLLMServer.set_quirks``) or
+# over HTTP (``POST /mock/quirks``); ``/mock/reset`` turns them all off.
+QUIRKS = (
+    # Chat Completions: an assistant message whose ``content`` is null or missing gets
+    # HTTP 500, like llama-cpp-python's request validation.
+    "reject_null_content",
+    # A streamed request (either API) gets 200 ``text/event-stream`` with no data and a
+    # clean end, as llama-cpp-python reports errors raised after its stream began.
+    # It takes no scripted entry.
+    "empty_stream",
+    # Scripted tool calls are answered only when the request sets ``tool_choice`` (not
+    # ``none``); otherwise the model answers with text, as if it had no tools.
+    "tool_choice_required",
+    # ``/v1/responses`` answers 404, as a server with only Chat Completions.
+    "no_responses",
+    # A streamed answer sends half its text deltas (at least one), then the connection
+    # is dropped without the stream's end.
+    "cut_mid_stream",
+)
+NO_TOOLS_TEXT = "I have no tools to call."
+
+
 @dataclass
 class _Queue:
     match: str | None
@@ -176,6 +199,7 @@ class ScriptStore:
         self._lock = threading.Lock()
         self._queues: dict[tuple[str, str | None], _Queue] = {}
         self._requests: list[JsonDict] = []
+        self._quirks: set[str] = set()
         # Told what each answer was (the CLI's ``--announce`` prints it for a person).
         self._announce = announce
 
@@ -191,6 +215,31 @@ class ScriptStore:
         with self._lock:
             self._queues.clear()
             self._requests.clear()
+            self._quirks.clear()
+
+    def set_quirks(self, flags: dict[str, Any]) -> None:
+        """Turn quirks on (true) or off (false); quirks not named keep their state.
+        Raises ValueError for an unknown name or a value that is not a boolean."""
+        for name, on in flags.items():
+            if name not in QUIRKS:
+                raise ValueError(f"unknown quirk {name!r}; known: {', '.join(QUIRKS)}")
+            if not isinstance(on, bool):
+                raise ValueError(f"quirk {name!r} must be true or false")
+        with self._lock:
+            for name, on in flags.items():
+                if on:
+                    self._quirks.add(name)
+                else:
+                    self._quirks.discard(name)
+
+    def quirk(self, name: str) -> bool:
+        with self._lock:
+            return name in self._quirks
+
+    @property
+    def quirks(self) -> list[str]:
+        with self._lock:
+            return sorted(self._quirks)
 
     def record(self, path: str, body: Any, headers: dict[str, str]) -> None:
         entry = {"path": path, "body": body, "headers": headers, "files": files_received(body)}
@@ -630,6 +679,48 @@ class ChatTurn:
             yield {**self._chunk({}), "choices": [], "usage": self.usage()}
 
 
+# --------------------------------------------------------------------------- quirks
+
+# Stands in an event sequence for "drop the connection here" (``cut_mid_stream``).
+_CUT: JsonDict = {"type": "<cut>"}
+
+
+def _cut_after_half_the_text(events: Iterable[JsonDict], delta_type: str | None) -> list[JsonDict]:
+    """``events`` up to half their text deltas (at least one), then ``_CUT``; without
+    text, half the events. ``delta_type`` None: Chat chunks, whose deltas carry content."""
+
+    def is_text(event: JsonDict) -> bool:
+        if delta_type is not None:
+            return event.get("type") == delta_type
+        choices = event.get("choices") or [{}]
+        return bool((choices[0].get("delta") or {}).get("content"))
+
+    events = list(events)
+    text_at = [index for index, event in enumerate(events) if is_text(event)]
+    if text_at:
+        keep = text_at[max(1, len(text_at) // 2) - 1] + 1
+    else:
+        keep = max(1, len(events) // 2)
+    return [*events[:keep], _CUT]
+
+
+def _null_content_problem(messages: Any) -> str:
+    """llama-cpp-python's complaint about assistant messages without string content."""
+    bad = [
+        index
+        for index, message in enumerate(messages if isinstance(messages, list) else [])
+        if isinstance(message, dict)
+        and message.get("role") == "assistant"
+        and not isinstance(message.get("content"), str | list)
+    ]
+    if not bad:
+        return ""
+    return (
+        f"{len(bad)} validation errors: messages.{bad[0]}.content: "
+        "'msg': 'Input should be a valid string', 'input': None"
+    )
+
+
 # --------------------------------------------------------------------------- HTTP layer
 
 
@@ -711,7 +802,13 @@ class _Handler(BaseHTTPRequestHandler):
         return urlsplit(self.path).path.rstrip("/") or "/"
 
     def do_GET(self) -> None:  # noqa: N802 - stdlib naming
-        self._dispatch({"/v1/models": self._models, "/mock/requests": self._mock_requests})
+        self._dispatch(
+            {
+                "/v1/models": self._models,
+                "/mock/requests": self._mock_requests,
+                "/mock/quirks": self._mock_quirks_get,
+            }
+        )
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib naming
         self._dispatch(
@@ -720,6 +817,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "/v1/chat/completions": self._chat,
                 "/mock/configure": self._mock_configure,
                 "/mock/reset": self._mock_reset,
+                "/mock/quirks": self._mock_quirks,
             }
         )
 
@@ -735,6 +833,9 @@ class _Handler(BaseHTTPRequestHandler):
         if route.startswith("/v1/"):
             self.server.store.record(route, body, self._captured_headers())
         handler = routes.get(route)
+        if route == "/v1/responses" and self.server.store.quirk("no_responses"):
+            self._send_json(404, {"detail": "Not Found"})  # FastAPI's words for a missing route
+            return
         if handler is None:
             self._send_json(404, error_body(f"Unknown path: {self.command} {route}", 404))
             return
@@ -762,22 +863,37 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(200, {"object": "list", "data": [model]})
 
     def _responses(self, body: Any) -> None:
+        if self._empty_stream(body):
+            return
         reply, request = self._take_reply(body)
         if reply is None:
             return
         turn = ResponsesTurn(reply=reply, request=request)
         if request.get("stream"):
-            self._send_sse(turn.events(), named=True, done_marker=False)
+            events: Iterable[JsonDict] = turn.events()
+            if self.server.store.quirk("cut_mid_stream"):
+                events = _cut_after_half_the_text(events, "response.output_text.delta")
+            self._send_sse(events, named=True, done_marker=False)
         else:
             self._send_json(200, turn.response_object(done=True))
 
     def _chat(self, body: Any) -> None:
+        if self.server.store.quirk("reject_null_content") and isinstance(body, dict):
+            problem = _null_content_problem(body.get("messages"))
+            if problem:
+                self._send_json(500, error_body(problem, 500))
+                return
+        if self._empty_stream(body):
+            return
         reply, request = self._take_reply(body)
         if reply is None:
             return
         turn = ChatTurn(reply=reply, request=request)
         if request.get("stream"):
-            self._send_sse(turn.chunks(), named=False, done_marker=True)
+            chunks: Iterable[JsonDict] = turn.chunks()
+            if self.server.store.quirk("cut_mid_stream"):
+                chunks = _cut_after_half_the_text(chunks, None)
+            self._send_sse(chunks, named=False, done_marker=True)
         else:
             self._send_json(200, turn.completion())
 
@@ -790,6 +906,12 @@ class _Handler(BaseHTTPRequestHandler):
             raise _BadRequest("Request body must be a JSON object")
         model = body.get("model") if isinstance(body.get("model"), str) else None
         reply = self.server.store.next_reply(user_text=user_text_for(self.route, body), model=model)
+        if (
+            reply.tool_calls
+            and self.server.store.quirk("tool_choice_required")
+            and body.get("tool_choice") in (None, "none")
+        ):
+            reply = Reply(text=reply.text or NO_TOOLS_TEXT, stream_words=reply.stream_words)
         if reply.echo_tool_output:
             echoed = "\n".join(tool_outputs(self.route, body))
             reply = dataclasses.replace(reply, text=(reply.text or "") + echoed)
@@ -815,6 +937,30 @@ class _Handler(BaseHTTPRequestHandler):
             raise _BadRequest(f"Invalid script entry: {exc}") from exc
         self._send_json(200, {"ok": True})
 
+    def _mock_quirks(self, body: Any) -> None:
+        if not isinstance(body, dict):
+            raise _BadRequest("Body must be an object of quirk names to true or false")
+        try:
+            self.server.store.set_quirks(body)
+        except ValueError as exc:
+            raise _BadRequest(str(exc)) from exc
+        self._mock_quirks_get(None)
+
+    def _mock_quirks_get(self, _body: Any) -> None:
+        self._send_json(200, {"quirks": self.server.store.quirks})
+
+    def _empty_stream(self, body: Any) -> bool:
+        """The ``empty_stream`` quirk: answer a streamed request with a clean, empty 200."""
+        if not (
+            isinstance(body, dict)
+            and body.get("stream")
+            and self.server.store.quirk("empty_stream")
+        ):
+            return False
+        self._send_sse_head()
+        self.wfile.write(b"0\r\n\r\n")
+        return True
+
     def _mock_reset(self, _body: Any) -> None:
         self.server.store.reset()
         self._send_json(200, {"ok": True})
@@ -838,12 +984,13 @@ class _Handler(BaseHTTPRequestHandler):
         ``named`` adds the ``event:`` line (Responses API style) and a ``sequence_number``;
         ``done_marker`` ends with ``data: [DONE]`` (Chat Completions style).
         """
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        self._send_sse_head()
         for sequence_number, event in enumerate(events):
+            if event is _CUT:
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
             if named:
                 event = {**event, "sequence_number": sequence_number}
                 frame = f"event: {event['type']}\ndata: {json.dumps(event)}\n\n"
@@ -854,6 +1001,13 @@ class _Handler(BaseHTTPRequestHandler):
         # the SDK stops reading at ``[DONE]`` and a late terminator would arrive unread.
         last = self._chunk_frame(b"data: [DONE]\n\n") if done_marker else b""
         self.wfile.write(last + b"0\r\n\r\n")
+
+    def _send_sse_head(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
 
     @staticmethod
     def _chunk_frame(data: bytes) -> bytes:
@@ -923,6 +1077,10 @@ class MockLLMServer:
 
     def reset(self) -> None:
         self._store.reset()
+
+    def set_quirks(self, **flags: bool) -> None:
+        """Turn quirks (``QUIRKS``) on or off, e.g. ``set_quirks(empty_stream=True)``."""
+        self._store.set_quirks(flags)
 
     @property
     def requests(self) -> list[dict]:

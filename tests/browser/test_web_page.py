@@ -382,6 +382,40 @@ def test_the_page_follows_a_server_restart_mid_turn_without_duplicates(
         restarted.wait(timeout=15)
 
 
+def test_an_answer_cut_off_mid_stream_stays_on_the_page_marked_incomplete(
+    browser: Any,
+    server: Server,
+    runner: Runner,
+    mock_llm: MockLLMServer,
+    make_bundle: Callable[..., bytes],
+) -> None:
+    """Issue 44: the LLM's connection breaks mid-answer. The text already shown stays,
+    marked incomplete, next to the error; a reload (the stored transcript) shows the
+    same, so what people saw live and what is kept agree."""
+    session_id = create_session(server, make_bundle(), title="cut off")
+    bind(server, session_id, runner.runner_id)
+    context = browser.new_context(extra_http_headers={"X-Forwarded-Email": ALICE})
+    page = context.new_page()
+    page.goto(f"{server.url}/s/{session_id}")
+    page.wait_for_selector("body[data-ready='1']")
+    mock_llm.set_quirks(cut_mid_stream=True)
+    story = "The ancient dragon, known for its majestic size and fire, slept on."
+    mock_llm.configure([{"text": story, "stream": True}])
+    send(page, "Tell me a story")
+    page.wait_for_selector("#status[data-status=failed]")
+    live = page.wait_for_selector("#transcript li.entry.assistant.incomplete")
+    assert "Incomplete" in live.inner_text()
+    live_text = live.query_selector(".bubble").inner_text()
+    assert live_text and story.startswith(live_text) and live_text != story
+    assert "broke during its answer" in page.inner_text("#transcript")
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    stored = page.wait_for_selector("#transcript li.entry.assistant.incomplete .bubble")
+    assert stored.inner_text() == live_text
+    shot(page, "web-incomplete-answer")
+    context.close()
+
+
 def test_runners_page_registers_with_the_start_command_and_revokes(
     browser: Any, server: Server
 ) -> None:

@@ -57,7 +57,7 @@ CALLS = (
 
 
 async def _typed_responses(
-    client: openai.AsyncOpenAI, request: ModelRequest, on_delta: DeltaCallback
+    client: openai.AsyncOpenAI, request: ModelRequest, on_delta: DeltaCallback, progress: Any
 ) -> ModelAnswer:
     body: dict[str, Any] = {"input": to_responses_input(request.history)}
     if request.instructions:
@@ -66,6 +66,7 @@ async def _typed_responses(
     done_items: list[Any] = []
     final_output: list[Any] | None = None
     stream: Any = await client.responses.create(model=request.model, stream=True, extra_body=body)
+    progress.answering = True
     async with stream:
         async for event in stream:
             kind = event.type
@@ -82,9 +83,9 @@ async def _typed_responses(
                 raise LLMError("llm_error", f"LLM response failed: {message}")
             elif kind == "error":
                 raise LLMError("llm_error", f"LLM stream error: {event.message}")
+    if final_output is None:
+        raise LLMError("llm_error", llm.STREAM_ENDED_EARLY)
     items = done_items or final_output
-    if items is None:
-        raise LLMError("llm_error", "LLM stream ended before the response was complete")
     answer = ModelAnswer()
     texts: list[str] = []
     for item in items:
@@ -106,7 +107,7 @@ async def _typed_responses(
 
 
 async def _typed_chat(
-    client: openai.AsyncOpenAI, request: ModelRequest, on_delta: DeltaCallback
+    client: openai.AsyncOpenAI, request: ModelRequest, on_delta: DeltaCallback, progress: Any
 ) -> ModelAnswer:
     body = {"messages": to_chat_messages(request.instructions, request.history)}
     texts: list[str] = []
@@ -114,9 +115,14 @@ async def _typed_chat(
     stream = await client.chat.completions.create(
         model=request.model, messages=[], stream=True, extra_body=body
     )
+    progress.answering = True
+    finished = False
+    chunk_count = 0
     async with stream:
         async for chunk in stream:
+            chunk_count += 1
             for choice in chunk.choices or []:
+                finished = finished or bool(choice.finish_reason)
                 delta = choice.delta
                 if delta is None:
                     continue
@@ -130,6 +136,10 @@ async def _typed_chat(
                     if part.function is not None:
                         call["name"] = call["name"] or part.function.name or ""
                         call["arguments"] += part.function.arguments or ""
+    if not finished:
+        if chunk_count:
+            raise LLMError("llm_error", llm.STREAM_ENDED_EARLY)
+        raise LLMError("llm_error", await llm._empty_stream_message(client, request, body))
     answer = ModelAnswer(text="".join(texts))
     for index in sorted(calls):
         call = calls[index]
@@ -175,8 +185,10 @@ def _cut(events: list[dict[str, Any]], before: str) -> list[dict[str, Any]]:
     return events[: kinds.index(before)]
 
 
-def _chunk(delta: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
-    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+def _chunk(
+    delta: dict[str, Any] | None, finish_reason: str | None = None, **extra: Any
+) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
     return {
         "id": "chatcmpl-1",
         "object": "chat.completion.chunk",
@@ -313,7 +325,7 @@ def _chat_cases() -> Iterator[tuple[str, Case]]:
         _chunk({"tool_calls": [{"index": 1, "function": {"name": "b", "arguments": ": 1}"}}]}),
         _chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"y": "é"}'}}]}),
         _chunk({"tool_calls": [{"index": 0, "id": "call_a", "function": None}]}),
-        _chunk({}),
+        _chunk({}, finish_reason="tool_calls"),
     ]
     odd: list[dict[str, Any]] = [
         _chunk({"role": "assistant", "content": ""}),
@@ -323,6 +335,7 @@ def _chat_cases() -> Iterator[tuple[str, Case]]:
         {**_chunk({}), "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}},
         {**_chunk({}), "choices": None},
         _chunk({"content": " too", "reasoning_content": "ignored", "refusal": None}),
+        _chunk({}, finish_reason="stop"),
     ]
     error_payload = {"error": {"message": "The engine is overloaded.", "type": "server_error"}}
     unicode_chunks = _chat_chunks(Reply(text=UNICODE_TEXT, stream_words=True))
@@ -334,7 +347,7 @@ def _chat_cases() -> Iterator[tuple[str, Case]]:
         "error-payload",
         Case("chat_completions", _data(text[:4], done=False) + _data([error_payload])),
     )
-    yield "cut-before-done", Case("chat_completions", _data(text[:6], done=False))
+    yield "cut-before-completion", Case("chat_completions", _data(text[:6], done=False))
     yield "cut-empty", Case("chat_completions", "")
     yield (
         "cut-by-read-error",
@@ -516,25 +529,23 @@ async def test_the_cases_cover_what_they_claim() -> None:
         assert (await outcome(f"{api}-error-payload"))[2] == (
             "LLM error: The engine is overloaded."
         )
-    assert (await outcome("responses-cut-before-completion"))[2] == (
-        "LLM stream ended before the response was complete"
-    )
-    assert (await outcome("chat-cut-before-done"))[0] == "answer"
+    for api in ("responses", "chat"):
+        # Issue 44: only the end marker (``response.completed``, a ``finish_reason``)
+        # makes an answer whole; a stream that stops before it fails the turn.
+        assert (await outcome(f"{api}-cut-before-completion"))[1:3] == (
+            "llm_error",
+            llm.STREAM_ENDED_EARLY,
+        )
+        assert (await outcome(f"{api}-cut-empty"))[1:3] == ("llm_error", llm.STREAM_ENDED_EARLY)
     for api in ("responses", "chat_completions"):
         assert (await outcome(f"{api}-http-429"))[1:3] == (
             "llm_error",
             "LLM returned HTTP 429: Failure 429 ✗",
         )
         assert (await outcome(f"{api}-connect-error"))[1] == "connection_error"
-    # The transport's words, not the SDK's generic ones ("Connection error.").
-    assert (await outcome("responses-cut-by-read-error"))[1:3] == (
-        "connection_error",
-        f"cannot reach the LLM at {BASE_URL}/: the connection broke off",
-    )
-    assert (await outcome("chat-cut-by-read-timeout"))[1:3] == (
-        "connection_error",
-        f"cannot reach the LLM at {BASE_URL}/: the connection broke off",
-    )
+    # Reached, then broken mid-answer: not "cannot reach" (issue 44).
+    for name in ("responses-cut-by-read-error", "chat-cut-by-read-timeout"):
+        assert (await outcome(name))[1:3] == ("connection_error", llm.CONNECTION_BROKE)
 
 
 @pytest.mark.parametrize("api", ["responses", "chat_completions"])

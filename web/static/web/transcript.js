@@ -77,11 +77,21 @@ export class Transcript {
             onclick: () => this.onFork(item.response_id),
           })
         : null;
+    // An answer cut short (its model call failed mid-stream) is kept as it was seen,
+    // marked so nobody takes it for the whole answer.
+    const incomplete = item.status === "incomplete";
+    if (incomplete) body.classList.add("incomplete");
     return el(
       "li",
-      { class: `entry ${role === "assistant" ? "assistant" : "user"}`, dataset: { id: item.id } },
+      {
+        class: `entry ${role === "assistant" ? "assistant" : "user"}${incomplete ? " incomplete" : ""}`,
+        dataset: { id: item.id },
+      },
       el("span", { class: "who", text: role === "assistant" ? "Agent" : item.created_by || "You" }),
       body,
+      incomplete
+        ? el("span", { class: "incomplete-note", text: "Incomplete: the answer was cut off here." })
+        : null,
       files.length
         ? el(
             "ul",
