@@ -15,7 +15,6 @@ import logging
 import subprocess
 import sys
 import tarfile
-import time
 from pathlib import Path
 
 import pytest
@@ -125,9 +124,7 @@ def test_rejects_too_many_entries_with_default_limit() -> None:
         for i in range(10_000):
             archive.addfile(tarfile.TarInfo(f"f{i}"), empty)
     data = gzip.compress(buffer.getvalue(), compresslevel=1)
-    started = time.monotonic()
     assert "more than 10000 entries" in rejected(data)
-    assert time.monotonic() - started < 2
 
 
 def test_rejects_too_large_unpacked() -> None:
