@@ -1,6 +1,6 @@
 """Reading a session's approvals (approvals.md, Answering): read access, no runner.
 
-Answering them acts on the runner, so that endpoint is in ``runners/approval_views.py``.
+Answering them acts on the runner: ``approval_views.py``.
 """
 
 from __future__ import annotations

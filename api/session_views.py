@@ -2,8 +2,8 @@
 
 ``GET|PATCH|DELETE /v1/sessions/{id}``: binding a runner (``PATCH runner_id``) opens the
 session on it, and a delete closes it there. ``POST /v1/sessions/{id}/events`` is an
-async view, because it waits for the runner's acknowledgement. They live in this app
-because it sits above ``sessions``: ``sessions`` never imports ``runners``.
+async view, because it waits for the runner's acknowledgement. The work is in
+``runners`` (``services``, ``dispatch``, ``verdicts``) and ``sessions``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Session, agent, item, response and permission endpoints (http-api.md). Thin: parse,
-authorize, call a service or selector, render."""
+"""Session list and create, agent, item, response, permission and ``/me`` endpoints
+(http-api.md): those that need no runner. Thin: parse, authorize, call a service or
+selector of ``sessions``, render."""
 
 from __future__ import annotations
 
