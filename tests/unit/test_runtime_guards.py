@@ -39,7 +39,6 @@ from django.core import signals
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.base import BaseHandler
 from django.db import close_old_connections
-from django.db.backends.sqlite3 import base as django_sqlite
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
@@ -545,15 +544,6 @@ def test_daphne_requests_no_longer_parse_post_bodies_as_forms() -> None:
     # Installing twice does not stack subclasses.
     assert server.skip_twisted_form_parsing()
     assert http_protocol.WebRequest is request_class
-
-
-def test_guard_django_converts_sqlite_placeholders_in_convert_query() -> None:
-    """``runtime/sqlite3`` keeps ``SQLiteCursorWrapper.convert_query``'s result per
-    statement and its backend's ``create_cursor`` names the cursor class; if either
-    changed, compare them with ``omnigent_site/runtime/sqlite3/base.py`` and update
-    these fingerprints."""
-    assert fingerprint(django_sqlite.SQLiteCursorWrapper.convert_query) == "d0e1c07e8bdff5f5"
-    assert fingerprint(django_sqlite.DatabaseWrapper.create_cursor) == "5c3e4a272c024588"
 
 
 class _Written:
