@@ -1,8 +1,7 @@
-"""The message ``POST`` through the server's own handler: its sync work in one trip.
+"""The message ``POST`` through the server's own handler: its sync work on its thread.
 
-``SessionEventsView.initial`` runs DRF's checks, the event's validation and, for a
-message, its storing in the one trip adrf makes for ``initial``
-(``docs/performance.md``, item 35). These requests go through
+``SessionEventsView.initial`` runs DRF's checks and the event's validation in the trip
+adrf makes for ``initial``; the handler stores the message in one more. These requests go through
 ``omnigent_site.asgi.application`` (``PooledThreadsASGIHandler``, whose request threads
 count every call) to a stub runner on a real tunnel.
 """
@@ -84,8 +83,8 @@ async def test_a_message_to_an_open_session_makes_one_trip_to_its_thread(
     status, body = await pending
     assert status == 202, body
     assert body["response_id"] == turn["response_id"]
-    # DRF's checks, the validation and the storing: one call on the request's thread.
-    assert calls == ["SessionEventsView.initial"], calls
+    # DRF's checks and the validation, then the storing, each on the request's thread.
+    assert calls == ["SessionEventsView.initial", "SessionEventsView.accept_message"], calls
     stored = await database_sync_to_async(Turn.objects.get)(id=body["response_id"])
     assert stored.session_id == session.id
     assert await database_sync_to_async(Item.objects.filter(id=body["item_id"]).exists)()
