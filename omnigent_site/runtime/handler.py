@@ -50,7 +50,6 @@ waiting call holds none.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import functools
 import io
@@ -62,19 +61,13 @@ from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
 import django
-from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
 from django.core import signals
-from django.core.cache import close_caches
-from django.core.cache.backends.base import BaseCache
-from django.core.exceptions import RequestAborted
-from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
-from django.core.handlers.base import reset_urlconf
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest
 from django.core.handlers.wsgi import WSGIHandler
-from django.db import close_old_connections, connections, reset_queries
-from django.http import HttpRequest, HttpResponseBase
-from django.urls import set_script_prefix
-from django.utils.module_loading import import_string
+from django.db import close_old_connections, reset_queries
+from django.http import HttpResponseBase
 
 from .running_gate import Place, RunningGate
 
@@ -233,28 +226,6 @@ _request_thread: contextvars.ContextVar[RequestThread] = contextvars.ContextVar(
 )
 
 
-def _is_request_close(closer: Callable[[], Any]) -> bool:
-    """Whether ``closer`` is a request's ``close`` with no uploaded file to delete."""
-    request = getattr(closer, "__self__", None)
-    return (
-        isinstance(request, HttpRequest)
-        and getattr(closer, "__name__", None) == "close"
-        and not getattr(request, "_files", None)
-    )
-
-
-# ``request_finished`` receivers a response's close may run on the event loop: each
-# tidies what belongs to the thread or context it runs in (the loop thread's database
-# connections: none; the caches, whose ``close`` is checked to do nothing; the
-# request's URLconf; the query log, see ``closes_on_loop``), and none blocks.
-LOOP_SAFE_FINISH_RECEIVERS: tuple[Callable[..., Any], ...] = (
-    close_old_connections,
-    reset_queries,
-    close_caches,
-    reset_urlconf,
-)
-
-
 class PooledThreadsASGIHandler(ASGIHandler):
     """``ASGIHandler`` whose requests run their sync code on pooled threads."""
 
@@ -319,120 +290,6 @@ class PooledThreadsASGIHandler(ASGIHandler):
             if request_thread is not None:
                 request_thread.detach()
         await super().send_response(response, send)
-
-    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """Serve one request as ``ASGIHandler.handle`` does, but end it without a thread.
-
-        Django's handler ends every request with a trip to the request's thread to call
-        ``response.close()``, which sends ``request_finished``: its receivers tidy the
-        database connections of the thread they run on. On this handler that was done
-        already (every call on a request's thread ends with ``close_old_connections``,
-        ``RequestThread._run``), and the trip cost a fifth of a snapshot poll's CPU
-        (``docs/performance.md``, stage 7). So the response is closed on the event loop
-        whenever nothing in its close needs the thread (``closes_on_loop``), and on the
-        thread as before otherwise. Every other step is Django's, in Django's order:
-        the body, ``request_started``, the request, the view raced against the client's
-        disconnect (the view is cancelled if the client goes), the response, the close.
-        ``tests/unit/test_runtime_guards.py`` fingerprints ``ASGIHandler.handle``, so a
-        Django upgrade that changes it fails there until this is compared again.
-        """
-        try:
-            body_file = await self.read_body(receive)
-        except RequestAborted:
-            return
-        set_script_prefix(get_script_prefix(scope))
-        if signals.request_started.has_listeners(self.__class__):
-            # ``asend`` with nobody listening still gathers an empty coroutine in a task
-            # of its own: a task and a turn of the loop for every request. Django's two
-            # receivers listen to its own handlers only (``move_request_housekeeping_to_end``).
-            await signals.request_started.asend(sender=self.__class__, scope=scope)
-        request, error_response = self.create_request(scope, body_file)
-        if request is None:
-            assert error_response is not None  # create_request answers one or the other
-            body_file.close()
-            await self.send_response(error_response, send)
-            await self.close_response(error_response)
-            return
-
-        async def respond() -> HttpResponseBase:
-            response = await self.run_get_response(request)
-            try:
-                await self.send_response(response, send)
-            except asyncio.CancelledError:
-                pass  # the client went away during the send: nothing left to tell it
-            return response
-
-        # The disconnect listener first: it raises nothing unexpected, so the view's task
-        # is always reached and cancelled if still running.
-        tasks = (
-            asyncio.create_task(self.listen_for_disconnect(receive)),
-            asyncio.create_task(respond()),
-        )
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            if not task.done():
-                task.cancel()  # the view may handle its cancellation
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
-                continue
-            try:
-                task.result()
-            except RequestAborted:
-                pass  # the client disconnected
-            except AssertionError:
-                body_file.close()
-                raise
-        try:
-            response = tasks[1].result()
-        except asyncio.CancelledError:
-            await signals.request_finished.asend(sender=self.__class__)
-        else:
-            await self.close_response(response)
-        body_file.close()
-
-    async def close_response(self, response: HttpResponseBase) -> None:
-        if self.closes_on_loop(response):
-            response.close()
-        else:
-            await sync_to_async(response.close)()
-
-    def closes_on_loop(self, response: HttpResponseBase) -> bool:
-        """Whether closing ``response`` on the event loop does what closing it on the
-        request's thread would.
-
-        Yes when the close has only Django's own work to do: no resource closers but the
-        request's own (Django adds it to every response: it closes the body's buffer)
-        when no uploaded file is there to delete, and ``request_finished`` receivers that
-        are all loop-safe (``LOOP_SAFE_FINISH_RECEIVERS``), with caches whose ``close``
-        does nothing and an event-loop thread that holds no database connection (so
-        ``close_old_connections`` there finds nothing, as it must not block). Not with
-        ``DEBUG``: ``reset_queries`` must then clear the query log of the request's
-        thread. Any receiver added by another app (or a test) sends the close to the
-        thread as before.
-        """
-        if response.streaming or settings.DEBUG:
-            return False
-        closers = getattr(response, "_resource_closers", ())
-        if not all(_is_request_close(closer) for closer in closers):
-            return False
-        if not self._caches_close_inline:
-            return False
-        sync_receivers, async_receivers = signals.request_finished._live_receivers(type(self))
-        if async_receivers or not all(
-            any(receiver is safe for safe in LOOP_SAFE_FINISH_RECEIVERS)
-            for receiver in sync_receivers
-        ):
-            return False
-        return all(db.connection is None for db in connections.all(initialized_only=True))
-
-    @functools.cached_property
-    def _caches_close_inline(self) -> bool:
-        return all(
-            import_string(cache["BACKEND"]).close is BaseCache.close
-            for cache in settings.CACHES.values()
-        )
 
 
 def move_request_housekeeping_to_end() -> None:

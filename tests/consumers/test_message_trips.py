@@ -84,7 +84,8 @@ async def test_a_message_to_an_open_session_makes_one_trip_to_its_thread(
     assert status == 202, body
     assert body["response_id"] == turn["response_id"]
     # DRF's checks and the validation, then the storing, each on the request's thread.
-    assert calls == ["SessionEventsView.initial", "SessionEventsView.accept_message"], calls
+    view_calls = [call for call in calls if call.startswith("SessionEventsView.")]
+    assert view_calls == ["SessionEventsView.initial", "SessionEventsView.accept_message"], calls
     stored = await database_sync_to_async(Turn.objects.get)(id=body["response_id"])
     assert stored.session_id == session.id
     assert await database_sync_to_async(Item.objects.filter(id=body["item_id"]).exists)()
