@@ -12,20 +12,8 @@ as in a threaded WSGI server. One request still owns one thread for as long as
 it runs, so Django's guarantees (one thread per request for thread-sensitive
 code, connections never shared between threads) are unchanged; connections are
 closed or kept according to ``CONN_MAX_AGE``, by Django's own
-``close_old_connections`` (see below for when it runs).
-
-Django also tidies connections when a request *starts* (``request_started``:
-``close_old_connections`` and ``reset_queries``). Under ASGI those are sync
-receivers, so they cost every request a trip to its thread before the view
-runs: about 0.5 ms of the relay's 5 ms here. On a pooled thread they have
-nothing left to do, because the previous call on the same thread ended with
-``close_old_connections`` (each call does, below; and the previous request's
-``request_finished``), which already closed what was stale or broken and re-armed
-the health check. So for this handler they run at the end of the request instead,
-in the trip Django makes anyway (see ``move_request_housekeeping_to_end``).
-Measured again with ``bench/relay.py`` (one process, SQLite; ten alternating runs
-of 500 requests each way on a shared two-core machine): relay p50 11.1 ms with the
-move against 11.6 ms without, and 8.5 against 9.1 ms of server CPU per request.
+``close_old_connections`` (at the start and end of each request, as Django does, and
+after each call, below).
 
 Two things a request may wait on for long must not hold a database connection or
 a thread while they wait: a runner's answer (up to the relay deadline) and, above
@@ -63,10 +51,8 @@ from typing import IO, Any, TypeVar
 import django
 from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
-from django.core import signals
 from django.core.handlers.asgi import ASGIHandler, ASGIRequest
-from django.core.handlers.wsgi import WSGIHandler
-from django.db import close_old_connections, reset_queries
+from django.db import close_old_connections
 from django.http import HttpResponseBase
 
 from .running_gate import Place, RunningGate
@@ -292,32 +278,9 @@ class PooledThreadsASGIHandler(ASGIHandler):
         await super().send_response(response, send)
 
 
-def move_request_housekeeping_to_end() -> None:
-    """Run Django's start-of-request receivers for the stock handlers only.
-
-    Relies on Django connecting both receivers to ``request_started`` for every
-    sender (``django/db/__init__.py``) and on ``ASGIHandler.handle`` sending it with
-    the handler's own class as sender; ``tests/unit/test_runtime_guards.py`` checks
-    both.
-
-    Signals cannot exclude one sender, so the two receivers are disconnected
-    from every sender and connected again for Django's own handlers.
-    ``reset_queries`` (the DEBUG query log) moves to the end of this handler's
-    requests; ``close_old_connections`` already runs there. Django's test client
-    connects ``close_old_connections`` for every sender again around its own
-    requests; that only brings the extra trip back, it breaks nothing.
-    """
-    for receiver in (close_old_connections, reset_queries):
-        signals.request_started.disconnect(receiver)
-        for sender in (WSGIHandler, ASGIHandler):
-            signals.request_started.connect(receiver, sender=sender)
-    signals.request_finished.connect(reset_queries, sender=PooledThreadsASGIHandler)
-
-
 def get_pooled_asgi_application() -> PooledThreadsASGIHandler:
     """Like ``django.core.asgi.get_asgi_application``, with the pooled handler."""
     django.setup(set_prefix=False)
-    move_request_housekeeping_to_end()
     return PooledThreadsASGIHandler(
         max_idle_threads=settings.OMNIGENT_REQUEST_THREADS_IDLE,
         max_running_threads=settings.OMNIGENT_REQUEST_THREADS_RUNNING,

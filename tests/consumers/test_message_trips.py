@@ -16,7 +16,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from omnigent_site.asgi import application
-from omnigent_site.runtime.handler import RequestThread, move_request_housekeeping_to_end
+from omnigent_site.runtime.handler import RequestThread
 from runners.models import Runner
 from sessions.models import Item, Session, Turn
 
@@ -28,13 +28,7 @@ pytestmark = [pytest.mark.timeout(60), pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What every sync call a request hands to its request thread runs.
-
-    Django's test client (used by other tests) connects ``close_old_connections`` to
-    ``request_started`` for every sender again; the server's arrangement is restored
-    first, so that only the view's own calls are counted.
-    """
-    move_request_housekeeping_to_end()
+    """What every sync call a request hands to its request thread runs."""
     seen: list[str] = []
     real_submit = RequestThread.submit
 

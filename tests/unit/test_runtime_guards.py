@@ -120,22 +120,6 @@ def test_guard_asgi_handler_call_and_send_response_are_as_copied() -> None:
     ]
 
 
-def test_guard_django_tidies_connections_at_the_start_of_every_request() -> None:
-    """``move_request_housekeeping_to_end`` relies on Django connecting these two
-    receivers to ``request_started`` for every sender, and on the ASGI handler sending
-    the signal with its own class (so ``PooledThreadsASGIHandler`` is a sender of its
-    own). If Django stops connecting one of them, the move would *add* a receiver that
-    Django no longer wants: drop the move then."""
-    import django.db
-
-    source = inspect.getsource(django.db)
-    assert "signals.request_started.connect(reset_queries)" in source
-    assert "signals.request_started.connect(close_old_connections)" in source
-    assert "signals.request_finished.connect(close_old_connections)" in source
-    handle = inspect.getsource(ASGIHandler.handle)
-    assert "signals.request_started.asend(sender=self.__class__" in handle
-
-
 # --- middleware: hooks inline on the event loop -----------------------------------------
 
 # The Django functions whose code was audited for the inline hooks: none reaches the
