@@ -507,40 +507,6 @@ def test_daphne_requests_no_longer_parse_post_bodies_as_forms() -> None:
     assert http_protocol.WebRequest is request_class
 
 
-class _Written:
-    """A log file that keeps what Twisted writes to it."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def write(self, line: str) -> None:
-        self.lines.append(line)
-
-
-def _logged_request(factory: Any) -> list[str]:
-    """The lines ``factory`` writes to its log file for one finished request."""
-    written = _Written()
-    factory._logFile = written
-    request = http.Request(DummyChannel())
-    request.method, request.uri, request.clientproto = b"GET", b"/health", b"HTTP/1.1"
-    request.code = 200
-    factory.log(request)
-    return written.lines
-
-
-def test_twisted_access_log_line_is_skipped_only_where_daphne_discards_it() -> None:
-    assert server.skip_discarded_twisted_access_log()
-    factory_class = daphne_server.HTTPFactory
-    assert issubclass(factory_class, http_protocol.HTTPFactory)
-    quiet, shown = types.SimpleNamespace(verbosity=1), types.SimpleNamespace(verbosity=2)
-    assert _logged_request(factory_class(quiet)) == []
-    [line] = _logged_request(factory_class(shown))
-    assert '"GET /health HTTP/1.1" 200' in line
-    # Installing twice does not stack subclasses.
-    assert server.skip_discarded_twisted_access_log()
-    assert daphne_server.HTTPFactory is factory_class
-
-
 def test_answered_health_checks_leave_the_access_log_above_debug(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -582,16 +548,15 @@ def test_the_start_up_line_names_each_listening_address() -> None:
     assert server.listening_urls(None) == []
 
 
-def test_guard_daphne_builds_its_http_factory_from_the_global_and_drops_twisted_log() -> None:
-    """``skip_discarded_twisted_access_log`` relies on ``Server.run`` building
-    ``HTTPFactory(self)`` from ``daphne.server``'s global, and on it sending Twisted's
-    global log nowhere at a verbosity of 1 or less. If this fails, compare
-    ``daphne.server.Server.run`` with the docstring there."""
+def test_guard_daphne_builds_its_http_factory_from_the_global() -> None:
+    """``hide_health_checks_from_access_log`` relies on ``Server.run`` building
+    ``HTTPFactory(self)`` from ``daphne.server``'s global, and on daphne's command line
+    offering no other way to filter its access log (``AccessLogGenerator`` writes to a
+    stream). If this fails, compare ``daphne.server.Server.run`` and ``daphne.cli``."""
     run = inspect.getsource(daphne_server.Server.run)
     assert "self.http_factory = HTTPFactory(self)" in run
-    quiet_branch = run[run.index("if self.verbosity <= 1:") :]
-    assert "globalLogBeginner.beginLoggingTo(" in quiet_branch.split("else:")[0]
-    assert "[lambda _: None]" in quiet_branch.split("else:")[0]
+    cli = inspect.getsource(daphne_cli.CommandLineInterface.run)
+    assert "AccessLogGenerator(access_log_stream)" in cli
 
 
 def test_startup_objects_are_frozen_out_of_full_collections() -> None:
