@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any, cast
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
 
+from omnigent_site.rawsql import row_by
+
 if TYPE_CHECKING:
     from django.contrib.auth.models import User as AuthUser
 
@@ -22,8 +24,8 @@ def is_admin(user: AuthUser | AnonymousUser) -> bool:
 def get_or_create_user(username: str) -> AuthUser:
     """The user named ``username``, created (without a usable password) on first sight."""
     User = get_user_model()
-    # Every request authenticated by the header comes here: a one-row read first.
-    existing = User.objects.filter(**{User.USERNAME_FIELD: username}).first()
+    # Every request authenticated by the header comes here: a plain one-row read first.
+    existing = row_by(User, User.USERNAME_FIELD, username)
     if existing is not None:
         return cast("AuthUser", existing)
     defaults: dict[str, Any] = {"email": username} if "@" in username else {}

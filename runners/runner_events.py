@@ -9,6 +9,7 @@ entry in the session event log for watchers. Views call ``accept_message`` and
 from __future__ import annotations
 
 import base64
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any, TypeAlias
@@ -18,6 +19,15 @@ from django.utils import timezone
 
 from omnigent_runner import protocol
 from omnigent_site.ids import new_item_id
+from omnigent_site.rawsql import (
+    first_row,
+    insert_row,
+    joined_columns,
+    locking,
+    quoted,
+    row_by,
+    update_row,
+)
 from omnigent_site.timeutil import unix
 from sessions import approvals, blobs, policies, updates
 from sessions import files as session_files
@@ -28,7 +38,7 @@ from sessions.eventlog import (
     save_session_fields,
     writing_events,
 )
-from sessions.models import Item, Session, Turn
+from sessions.models import Agent, Item, Session, Turn
 from sessions.selectors import response_output
 from sessions.shapes import ResponseEventOut, response_event_body
 from workspaces.services import apply_workspace_changes
@@ -154,7 +164,7 @@ def _finish_turn(response: Turn, *, status: str, error: dict | None, model: str)
     response.status = status
     response.error = error
     response.completed_at = timezone.now()
-    response.save(update_fields=["status", "error", "completed_at"])
+    update_row(response, ["status", "error", "completed_at"])
     # A question about a call of a finished turn can no longer be acted on.
     approvals.cancel_pending(
         session_id=response.session_id, turn_ids=[response.id], reason="the turn ended"
@@ -183,7 +193,7 @@ def accept_message(
     in one trip to the event loop, which the ``202`` waits for.
     """
     with publishing_together(), transaction.atomic():
-        session = Session.objects.select_for_update().filter(id=session_id).first()
+        session = row_by(Session, "id", session_id, for_update=True)
         if session is None:
             raise Session.DoesNotExist(f"session {session_id} does not exist")
         with writing_events(session=session):
@@ -195,7 +205,8 @@ def _store_message(
     session: Session, *, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
 ) -> tuple[Item, Turn]:
     """Inside ``accept_message``'s transaction, with the session row locked."""
-    response = Turn.objects.create(session=session, tools=tools)
+    response = Turn(session=session, tools=tools)
+    insert_row(response)
     item = Item(
         session=session,
         id=new_item_id(),
@@ -205,7 +216,7 @@ def _store_message(
         data=data,
         created_by=created_by,
     )
-    item.save(force_insert=True)
+    insert_row(item)
     record_event(
         session_id=session.id,
         payload={
@@ -332,11 +343,30 @@ def _error(error: protocol.ErrorInfo | None) -> dict[str, str] | None:
     return {"code": error.code or "error", "message": error.message}
 
 
+@functools.cache
+def _session_with_agent_sql() -> str:
+    return (
+        f"SELECT s.*, {joined_columns(Agent, 'a', 'agent')} FROM {quoted(Session)} s "
+        f"JOIN {quoted(Agent)} a ON a.{quoted(Agent, 'id')} = s.{quoted(Session, 'agent')} "
+        f"WHERE s.{quoted(Session, 'id')} = %s"
+    )
+
+
 def _locked_session_with_agent(session_id: str) -> Session | None:
-    """The session row, locked until the transaction ends (only that row: the agent is
-    read, not written), with its agent, whose model the ``response`` payloads name."""
-    locked = Session.objects.select_related("agent").select_for_update(of=("self",))
-    return locked.filter(id=session_id).first()
+    """The session row, locked until the transaction ends, with its agent (whose model
+    the ``response`` payloads name): one plain query (rawsql.py) instead of two ORM ones."""
+    # Only the session row: the agent is read, not written.
+    sql = locking(_session_with_agent_sql(), of="s")
+    return first_row(Session, sql, [session_id], joined={"agent": Agent})
+
+
+@functools.cache
+def _session_turn_sql() -> str:
+    """The session's turn with the given id (response ids are unique per session)."""
+    return (
+        f"SELECT * FROM {quoted(Turn)} "
+        f"WHERE {quoted(Turn, 'session')} = %s AND {quoted(Turn, 'id')} = %s"
+    )
 
 
 class _Run:
@@ -352,9 +382,9 @@ class _Run:
         if not response_id:
             return None
         if response_id not in self._turns:
-            self._turns[response_id] = Turn.objects.filter(
-                session_id=self.session.id, id=response_id
-            ).first()
+            self._turns[response_id] = first_row(
+                Turn, _session_turn_sql(), [self.session.id, response_id]
+            )
         return self._turns[response_id]
 
     @property
@@ -386,7 +416,7 @@ def _apply(run: _Run, event: protocol.AnyEvent | protocol.UnparsedEvent) -> None
         output: list[dict[str, Any]] | None = None
         if response.status == Turn.Status.QUEUED:
             response.status = Turn.Status.IN_PROGRESS
-            response.save(update_fields=["status"])
+            update_row(response, ["status"])
             output = []  # nothing of a turn that only now starts (its input is not output)
         payload = response_payload(response, model=run.model, output=output)
         record_event(
@@ -496,6 +526,14 @@ def _item_header(item: dict[str, Any], key: str) -> str:
     return value
 
 
+@functools.cache
+def _session_item_sql() -> str:
+    return (
+        f"SELECT * FROM {quoted(Item)} "
+        f"WHERE {quoted(Item, 'session')} = %s AND {quoted(Item, 'id')} = %s"
+    )
+
+
 def _apply_item(run: _Run, event: protocol.OutputItemDone) -> None:
     """Store a finished item (idempotent by id) and show it to watchers.
 
@@ -526,7 +564,7 @@ def _apply_item(run: _Run, event: protocol.OutputItemDone) -> None:
         # Read, then write: no savepoint. A concurrent insert of the same id (not
         # possible while the session row is locked) would fail the batch, which is then
         # stored event by event.
-        item = Item.objects.filter(session_id=session.id, id=item_id).first()
+        item = first_row(Item, _session_item_sql(), [session.id, item_id])
         if item is None:
             item = Item(
                 session=session,
@@ -536,10 +574,10 @@ def _apply_item(run: _Run, event: protocol.OutputItemDone) -> None:
                 data=data,
                 response_id=response.id if response else None,
             )
-            item.save(force_insert=True)
+            insert_row(item)
         else:
             item.status, item.data = status, data
-            item.save(update_fields=["status", "data"])
+            update_row(item, ["status", "data"])
         shown = item.flat()
     record_event(
         session_id=session.id,

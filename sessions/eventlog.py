@@ -20,9 +20,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
 
-from omnigent_site.rawsql import insert_rows
+from omnigent_site.rawsql import increment_returning, insert_rows, update_row
 from omnigent_site.runtime.channel_layer import group_may_have_members
 
 from .models import Session, SessionEvent
@@ -46,10 +45,9 @@ def record_event(*, session_id: str, payload: dict[str, Any]) -> SessionEvent:
     with transaction.atomic():
         # The UPDATE takes the row lock first, so concurrent writers queue here
         # and each reads back its own number.
-        sessions = Session.objects.filter(pk=session_id)
-        if not sessions.update(last_event_seq=F("last_event_seq") + 1):
+        seq = increment_returning(Session, pk=session_id, field="last_event_seq", by=1)
+        if seq is None:
             raise Session.DoesNotExist(f"session {session_id} does not exist")
-        seq = sessions.values_list("last_event_seq", flat=True).get()
         event = SessionEvent.objects.create(
             session_id=session_id, seq=seq, type=payload["type"], payload=payload
         )
@@ -90,7 +88,7 @@ class _EventWriter:
             fields.add("last_event_seq")
         if fields:
             # One UPDATE for the row: the numbering and whatever else the block changed.
-            self.session.save(update_fields=sorted(fields))
+            update_row(self.session, sorted(fields))
         for action in at_end.values():
             action()
         if not events:
@@ -117,7 +115,7 @@ def save_session_fields(session: Session, fields: Iterable[str]) -> None:
     if writer is not None and writer.session is session:
         writer.fields.update(names)
         return
-    session.save(update_fields=names)
+    update_row(session, names)
 
 
 def at_block_end(*, session_id: str, key: Hashable, action: Callable[[], None]) -> bool:

@@ -260,13 +260,22 @@ def pending_approval_count() -> Coalesce:
     return Coalesce(Subquery(pending, output_field=IntegerField()), 0)
 
 
-def pending_approvals(*, session_id: str) -> list[Approval]:
-    """The session's open questions, oldest first (then by id)."""
-    return list(
-        Approval.objects.filter(session_id=session_id, status=Approval.Status.PENDING).order_by(
-            "created_at", "id"
-        )
+@functools.cache
+def _pending_approvals_sql() -> str:
+    return (
+        f"SELECT * FROM {quoted(Approval)} WHERE {quoted(Approval, 'session')} = %s "
+        f"AND {quoted(Approval, 'status')} = %s "
+        f"ORDER BY {quoted(Approval, 'created_at')}, {quoted(Approval, 'id')}"
     )
+
+
+def pending_approvals(*, session_id: str) -> list[Approval]:
+    """The session's open questions, oldest first.
+
+    Part of every snapshot a poller gets when the session changed (the items below
+    too), so plain SQL like ``session_for``.
+    """
+    return rows(Approval, _pending_approvals_sql(), [session_id, Approval.Status.PENDING])
 
 
 def session_approvals(*, session: Session, status: str | None = None) -> QuerySet[Approval]:
@@ -288,21 +297,41 @@ def session_items(*, session: Session) -> QuerySet[Item]:
     return Item.objects.filter(session=session)
 
 
+@functools.cache
+def _snapshot_items_sql() -> str:
+    return (
+        f"SELECT * FROM {quoted(Item)} WHERE {quoted(Item, 'session')} = %s "
+        f"ORDER BY {quoted(Item, 'seq')}"
+    )
+
+
 def snapshot_items(*, session_id: str) -> list[Item]:
-    """All of the session's items in order, as ``session_items`` reads them."""
-    return list(Item.objects.filter(session_id=session_id).order_by("seq"))
+    """All of the session's items in order, as ``session_items`` reads them, in plain SQL
+    (the snapshot reads them whenever a poller finds the session changed)."""
+    return rows(Item, _snapshot_items_sql(), [session_id])
 
 
 def session_responses(*, session: Session) -> QuerySet[Turn]:
     return Turn.objects.filter(session=session)
 
 
+@functools.cache
+def _response_items_sql() -> str:
+    return (
+        f"SELECT * FROM {quoted(Item)} WHERE {quoted(Item, 'session')} = %s "
+        f"AND {quoted(Item, 'response_id')} = %s ORDER BY {quoted(Item, 'seq')}"
+    )
+
+
 def response_output(*, response: Turn) -> list[dict]:
-    """What the turn produced: its items except the user input that started it."""
+    """What the turn produced: its items except the user input that started it.
+
+    Every turn's end renders it (``response.completed``), so plain SQL like
+    ``snapshot_items``."""
     # Filtered here, not in SQL: ``exclude(data__role="user")`` would also drop every
     # item without a ``role`` key (NULL never compares unequal).
-    items = Item.objects.filter(session_id=response.session_id, response_id=response.id)
-    return [item.flat() for item in items.order_by("seq") if item.data.get("role") != "user"]
+    items = rows(Item, _response_items_sql(), [response.session_id, response.id])
+    return [item.flat() for item in items if item.data.get("role") != "user"]
 
 
 def template_agents() -> QuerySet[Agent]:

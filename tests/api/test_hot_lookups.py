@@ -1,4 +1,4 @@
-"""The plain-SQL reads and inserts of the hot paths (``omnigent_site/rawsql.py``).
+"""The plain-SQL lookups every request makes (``omnigent_site/rawsql.py``).
 
 They must read exactly what the ORM reads (field conversions included) on SQLite
 and on PostgreSQL (CI runs this folder on both), in a fixed, small number of
@@ -14,17 +14,20 @@ import pytest
 from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import Model
+from django.db.models import F, Model
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from omnigent_site.domain_errors import Forbidden, NotFound
 from omnigent_site.rawsql import (
     first_row,
+    insert_row,
     insert_rows,
     joined_columns,
     quoted,
+    row_by,
     rows,
+    update_row,
 )
 from omnigent_site.users import get_or_create_user
 from runners.models import Runner
@@ -64,6 +67,30 @@ def runner() -> Runner:
         workspace={"root": "/w", "mode": "agent_edit"},
     )
     return Runner.objects.get(pk=runner.pk)
+
+
+def test_row_by_reads_what_the_orm_reads(session: Session, runner: Runner) -> None:
+    for model, instance in ((Session, session), (Runner, runner)):
+        raw = row_by(model, "id", instance.pk)
+        assert raw is not None and type(raw) is model
+        assert field_values(raw) == field_values(model.objects.get(pk=instance.pk))
+    raw_session = row_by(Session, "id", session.pk)
+    assert raw_session is not None
+    assert raw_session.labels == {"team": "core", "n": "1"}
+    assert isinstance(raw_session.created_at, datetime) and timezone.is_aware(
+        raw_session.created_at
+    )
+
+
+def test_row_by_is_none_for_a_missing_row_and_takes_any_text_as_a_parameter() -> None:
+    alice = get_or_create_user(ALICE)
+    assert row_by(Runner, "id", "runner_token_missing") is None
+    assert row_by(Runner, "id", "x' OR '1'='1") is None
+    User = get_user_model()
+    assert row_by(User, User.USERNAME_FIELD, "x' OR '1'='1") is None
+    assert row_by(User, User.USERNAME_FIELD, '"; DROP TABLE auth_user; --') is None
+    found = row_by(User, User.USERNAME_FIELD, ALICE)
+    assert found is not None and found.pk == alice.pk
 
 
 def test_header_users_are_found_and_created_once() -> None:
@@ -264,8 +291,8 @@ def test_rows_takes_columns_in_any_order_and_keeps_extra_columns(session: Sessio
 
 
 def test_snapshot_reads_match_the_orm_in_order(session: Session) -> None:
-    """The snapshot's items and open questions in order (items by ``seq``; questions
-    oldest first, then by id)."""
+    """The snapshot's items and open questions, read in plain SQL, are the ORM's rows in
+    the ORM's order (items by ``seq``; questions oldest first, then by id)."""
     from runners import runner_events  # the layer above sessions stores a message
 
     alice = get_or_create_user(ALICE)
@@ -283,7 +310,7 @@ def test_snapshot_reads_match_the_orm_in_order(session: Session) -> None:
     assert [item.data["content"][0]["text"] for item in items] == ["one", "two", "three"]
     assert selectors.snapshot_items(session_id="conv_missing") == []
 
-    # A turn's output, read at its end: the ORM's items of the turn in
+    # A turn's output, read in plain SQL at its end: the ORM's items of the turn in
     # order, the user input that started it left out.
     turn = Turn.objects.filter(session=session).first()
     assert turn is not None
@@ -373,6 +400,95 @@ def test_insert_rows_splits_what_one_statement_cannot_hold(session: Session) -> 
     assert len(inserts) == -(-len(many) // size)  # SQLite: 999 parameters a statement
     stored = SessionEvent.objects.filter(session=session, seq__gte=5000).order_by("seq")
     assert [event.payload["n"] for event in stored] == list(range(1200))
+
+
+def test_update_row_writes_what_the_orms_update_writes(
+    session: Session, runner: Runner, django_assert_num_queries: Callable[..., object]
+) -> None:
+    """The guard of ``rawsql.update_row``: JSON (nested, non-ASCII, null), text,
+    integers, an aware datetime and a foreign key stored as the ORM's ``update()`` stores
+    the same values, in one statement; nothing else of the row changes."""
+    turn = Turn.objects.create(session=session)
+    before = field_values(Session.objects.get(pk=session.pk))
+    values = {
+        "last_task_error": {"code": "x", "message": 'é "q" \\ \n', "n": [1, 2.5, None]},
+        "title": "naïve ✓",
+        "last_event_seq": 41,
+        "updated_at": timezone.now(),
+        "active_response_id": turn.id,
+        "runner": runner,  # a foreign key: its column gets the related row's key
+    }
+    for name, value in values.items():
+        setattr(session, name, value)
+    with django_assert_num_queries(1):
+        assert update_row(session, list(values)) == 1
+    mine = field_values(Session.objects.get(pk=session.pk))
+    written = {"last_task_error", "title", "last_event_seq", "updated_at"}
+    written |= {"active_response_id", "runner_id"}
+    assert {k: v for k, v in mine.items() if k not in written} == {
+        k: v for k, v in before.items() if k not in written
+    }
+    Session.objects.filter(pk=session.pk).update(**values)  # the same values, by the ORM
+    assert mine == field_values(Session.objects.get(pk=session.pk))
+    assert mine["last_task_error"] == values["last_task_error"]
+    session.last_task_error = None  # JSON null is SQL NULL, as the ORM stores it
+    update_row(session, ["last_task_error"])
+    assert Session.objects.filter(pk=session.pk, last_task_error__isnull=True).exists()
+    gone = Turn(seq=-1, id="resp_missing", session=session)
+    assert update_row(gone, ["status"]) == 0
+    with pytest.raises(ValueError, match="not expressions"):
+        session.last_event_seq = F("last_event_seq") + 1  # type: ignore[assignment]
+        update_row(session, ["last_event_seq"])
+
+
+def test_insert_row_stores_what_create_stores(
+    session: Session, django_assert_num_queries: Callable[..., object]
+) -> None:
+    """The guard of ``rawsql.insert_row``: a turn (its key a default of the model) and an
+    item (its key generated by the database, read back) stored as ``objects.create``
+    stores the same values, in one statement each, the instances marked saved."""
+    tools = [{"type": "function", "name": "é", "parameters": {"n": [1, 2.5, None]}}]
+    before = timezone.now()
+    turn = Turn(session=session, tools=tools)
+    with django_assert_num_queries(1):
+        insert_row(turn)
+    assert not turn._state.adding and turn._state.db == "default"
+    reference = Turn.objects.create(session=session, tools=tools)
+    mine, theirs = field_values(Turn.objects.get(pk=turn.pk)), field_values(reference)
+    assert mine["created_at"] >= before and timezone.is_aware(mine["created_at"])
+    assert mine["created_at"] == turn.created_at  # auto_now_add, on the instance too
+    different = {"seq", "id", "created_at"}
+    assert {k: v for k, v in mine.items() if k not in different} == {
+        k: v for k, v in theirs.items() if k not in different
+    }
+
+    def item(item_id: str) -> Item:
+        return Item(
+            session=session,
+            id=item_id,
+            response_id=turn.id,
+            type="message",
+            data={"role": "user", "content": [{"type": "input_text", "text": 'é "q"\n'}]},
+            created_by=None,
+        )
+
+    ours = item("item_mine")
+    with django_assert_num_queries(1):
+        insert_row(ours)
+    assert ours.seq is not None and Item.objects.get(seq=ours.seq).id == "item_mine"
+    unsaved = item("item_orm")
+    created = Item.objects.create(
+        **{
+            field.attname: getattr(unsaved, field.attname)
+            for field in Item._meta.concrete_fields
+            if not field.primary_key
+        }
+    )
+    assert created.seq == ours.seq + 1  # the same sequence, one after the other
+    different = {"seq", "id", "created_at"}
+    assert {
+        k: v for k, v in field_values(Item.objects.get(seq=ours.seq)).items() if k not in different
+    } == {k: v for k, v in field_values(created).items() if k not in different}
 
 
 @pytest.mark.parametrize(
