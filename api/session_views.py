@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
+from asgiref.sync import sync_to_async
 from django.http import HttpResponse, HttpResponseBase, HttpResponseNotModified
 from django.utils.http import parse_etags
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -215,36 +216,32 @@ class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView)
     # Every event goes to the session's runner: counted against its rate too.
     runner_throttled_methods = ("POST",)
 
-    # Set by ``initial`` for a POST: the validated event, and a message once stored.
+    # Set by ``initial`` for a POST: the validated event.
     event: dict[str, Any]
-    accepted_message: dispatch.AcceptedMessage | None = None
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        """DRF's checks, then the event's validation and, for a message, its storing.
-
-        adrf runs ``initial`` in a trip to the request's thread of its own, before the
-        async handler. Doing a message's writes in the same trip spares the ``POST``
-        a second one (``docs/performance-history.md``, item 35): the handler is left with what
-        has to wait on the event loop, handing the turn to the runner. The order is
-        DRF's and the view's as before: authentication, permissions, throttles, then
-        validation (400), the runner's check (503), and only then the writes.
-        """
+        """DRF's checks, then the event's validation (400), in the same trip to the
+        request's thread: the order is authentication, permissions, throttles, then
+        validation."""
         super().initial(request, *args, **kwargs)
         if request.method != "POST":
             return
         serializer = EventSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         self.event = serializer.validated_data
-        if self.event["type"] == "message":
-            data = session_services.normalise_message(self.event["data"], field="data")
-            if data["role"] != "user":
-                raise ValidationError({"data": ["a message event must have role 'user'"]})
-            self.accepted_message = dispatch.accept_message(
-                session=self.session,
-                created_by=request.user.get_username(),
-                data=data,
-                tools=self.event.get("tools") or [],
-            )
+
+    def accept_message(self, request: Request) -> dispatch.AcceptedMessage:
+        """On the request's thread: the message checked (400), its runner (503), then
+        the message and its turn stored."""
+        data = session_services.normalise_message(self.event["data"], field="data")
+        if data["role"] != "user":
+            raise ValidationError({"data": ["a message event must have role 'user'"]})
+        return dispatch.accept_message(
+            session=self.session,
+            created_by=request.user.get_username(),
+            data=data,
+            tools=self.event.get("tools") or [],
+        )
 
     @extend_schema(
         request=EventSerializer,
@@ -257,10 +254,8 @@ class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView)
         event = self.event
         kind = event["type"]
         if kind == "message":
-            assert self.accepted_message is not None  # stored by ``initial``
-            body = await dispatch.deliver_message(
-                session=self.session, accepted=self.accepted_message
-            )
+            accepted = await sync_to_async(self.accept_message)(request)
+            body = await dispatch.deliver_message(session=self.session, accepted=accepted)
         elif kind == "function_call_output":
             output = FunctionCallOutputSerializer(data=event["data"])
             output.is_valid(raise_exception=True)

@@ -12,18 +12,8 @@ as in a threaded WSGI server. One request still owns one thread for as long as
 it runs, so Django's guarantees (one thread per request for thread-sensitive
 code, connections never shared between threads) are unchanged; connections are
 closed or kept according to ``CONN_MAX_AGE``, by Django's own
-``close_old_connections`` (see below for when it runs).
-
-Django also tidies connections when a request *starts* (``request_started``:
-``close_old_connections`` and ``reset_queries``). Under ASGI those are sync
-receivers, so they cost every request a trip to its thread before the view
-runs. On a pooled thread they have
-nothing left to do, because the previous call on the same thread ended with
-``close_old_connections`` (each call does, below; and the previous request's
-``request_finished``), which already closed what was stale or broken and re-armed
-the health check. So for this handler they run at the end of the request instead,
-in the trip Django makes anyway (see ``move_request_housekeeping_to_end``; the gain
-is in ``docs/performance.md``, overrides).
+``close_old_connections`` (at the start and end of each request, as Django does, and
+after each call, below).
 
 Two things a request may wait on for long must not hold a database connection or
 a thread while they wait: a runner's answer (up to the relay deadline) and, above
@@ -48,7 +38,6 @@ waiting call holds none.
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import functools
 import io
@@ -60,19 +49,11 @@ from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
 import django
-from asgiref.sync import ThreadSensitiveContext, sync_to_async
+from asgiref.sync import ThreadSensitiveContext
 from django.conf import settings
-from django.core import signals
-from django.core.cache import close_caches
-from django.core.cache.backends.base import BaseCache
-from django.core.exceptions import RequestAborted
-from django.core.handlers.asgi import ASGIHandler, ASGIRequest, get_script_prefix
-from django.core.handlers.base import reset_urlconf
-from django.core.handlers.wsgi import WSGIHandler
-from django.db import close_old_connections, connections, reset_queries
-from django.http import HttpRequest, HttpResponseBase
-from django.urls import set_script_prefix
-from django.utils.module_loading import import_string
+from django.core.handlers.asgi import ASGIHandler, ASGIRequest
+from django.db import close_old_connections
+from django.http import HttpResponseBase
 
 from .running_gate import Place, RunningGate
 
@@ -231,28 +212,6 @@ _request_thread: contextvars.ContextVar[RequestThread] = contextvars.ContextVar(
 )
 
 
-def _is_request_close(closer: Callable[[], Any]) -> bool:
-    """Whether ``closer`` is a request's ``close`` with no uploaded file to delete."""
-    request = getattr(closer, "__self__", None)
-    return (
-        isinstance(request, HttpRequest)
-        and getattr(closer, "__name__", None) == "close"
-        and not getattr(request, "_files", None)
-    )
-
-
-# ``request_finished`` receivers a response's close may run on the event loop: each
-# tidies what belongs to the thread or context it runs in (the loop thread's database
-# connections: none; the caches, whose ``close`` is checked to do nothing; the
-# request's URLconf; the query log, see ``closes_on_loop``), and none blocks.
-LOOP_SAFE_FINISH_RECEIVERS: tuple[Callable[..., Any], ...] = (
-    close_old_connections,
-    reset_queries,
-    close_caches,
-    reset_urlconf,
-)
-
-
 class PooledThreadsASGIHandler(ASGIHandler):
     """``ASGIHandler`` whose requests run their sync code on pooled threads."""
 
@@ -318,146 +277,10 @@ class PooledThreadsASGIHandler(ASGIHandler):
                 request_thread.detach()
         await super().send_response(response, send)
 
-    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        """Serve one request as ``ASGIHandler.handle`` does, but end it without a thread.
-
-        Django's handler ends every request with a trip to the request's thread to call
-        ``response.close()``, which sends ``request_finished``: its receivers tidy the
-        database connections of the thread they run on. On this handler that was done
-        already (every call on a request's thread ends with ``close_old_connections``,
-        ``RequestThread._run``), and the trip cost a fifth of a snapshot poll's CPU. So
-        the response is closed on the event loop whenever nothing in its close needs
-        the thread (``closes_on_loop``), and on the thread as before otherwise. Every other step is Django's, in Django's order:
-        the body, ``request_started``, the request, the view raced against the client's
-        disconnect (the view is cancelled if the client goes), the response, the close.
-        ``tests/unit/test_runtime_guards.py`` fingerprints ``ASGIHandler.handle``, so a
-        Django upgrade that changes it fails there until this is compared again.
-        """
-        try:
-            body_file = await self.read_body(receive)
-        except RequestAborted:
-            return
-        set_script_prefix(get_script_prefix(scope))
-        if signals.request_started.has_listeners(self.__class__):
-            # ``asend`` with nobody listening still gathers an empty coroutine in a task
-            # of its own: a task and a turn of the loop for every request. Django's two
-            # receivers listen to its own handlers only (``move_request_housekeeping_to_end``).
-            await signals.request_started.asend(sender=self.__class__, scope=scope)
-        request, error_response = self.create_request(scope, body_file)
-        if request is None:
-            assert error_response is not None  # create_request answers one or the other
-            body_file.close()
-            await self.send_response(error_response, send)
-            await self.close_response(error_response)
-            return
-
-        async def respond() -> HttpResponseBase:
-            response = await self.run_get_response(request)
-            try:
-                await self.send_response(response, send)
-            except asyncio.CancelledError:
-                pass  # the client went away during the send: nothing left to tell it
-            return response
-
-        # The disconnect listener first: it raises nothing unexpected, so the view's task
-        # is always reached and cancelled if still running.
-        tasks = (
-            asyncio.create_task(self.listen_for_disconnect(receive)),
-            asyncio.create_task(respond()),
-        )
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        for task in tasks:
-            if not task.done():
-                task.cancel()  # the view may handle its cancellation
-                try:
-                    await task
-                except asyncio.CancelledError:
-                    pass
-                continue
-            try:
-                task.result()
-            except RequestAborted:
-                pass  # the client disconnected
-            except AssertionError:
-                body_file.close()
-                raise
-        try:
-            response = tasks[1].result()
-        except asyncio.CancelledError:
-            await signals.request_finished.asend(sender=self.__class__)
-        else:
-            await self.close_response(response)
-        body_file.close()
-
-    async def close_response(self, response: HttpResponseBase) -> None:
-        if self.closes_on_loop(response):
-            response.close()
-        else:
-            await sync_to_async(response.close)()
-
-    def closes_on_loop(self, response: HttpResponseBase) -> bool:
-        """Whether closing ``response`` on the event loop does what closing it on the
-        request's thread would.
-
-        Yes when the close has only Django's own work to do: no resource closers but the
-        request's own (Django adds it to every response: it closes the body's buffer)
-        when no uploaded file is there to delete, and ``request_finished`` receivers that
-        are all loop-safe (``LOOP_SAFE_FINISH_RECEIVERS``), with caches whose ``close``
-        does nothing and an event-loop thread that holds no database connection (so
-        ``close_old_connections`` there finds nothing, as it must not block). Not with
-        ``DEBUG``: ``reset_queries`` must then clear the query log of the request's
-        thread. Any receiver added by another app (or a test) sends the close to the
-        thread as before.
-        """
-        if response.streaming or settings.DEBUG:
-            return False
-        closers = getattr(response, "_resource_closers", ())
-        if not all(_is_request_close(closer) for closer in closers):
-            return False
-        if not self._caches_close_inline:
-            return False
-        sync_receivers, async_receivers = signals.request_finished._live_receivers(type(self))
-        if async_receivers or not all(
-            any(receiver is safe for safe in LOOP_SAFE_FINISH_RECEIVERS)
-            for receiver in sync_receivers
-        ):
-            return False
-        return all(db.connection is None for db in connections.all(initialized_only=True))
-
-    @functools.cached_property
-    def _caches_close_inline(self) -> bool:
-        return all(
-            import_string(cache["BACKEND"]).close is BaseCache.close
-            for cache in settings.CACHES.values()
-        )
-
-
-def move_request_housekeeping_to_end() -> None:
-    """Run Django's start-of-request receivers for the stock handlers only.
-
-    Relies on Django connecting both receivers to ``request_started`` for every
-    sender (``django/db/__init__.py``) and on ``ASGIHandler.handle`` sending it with
-    the handler's own class as sender; ``tests/unit/test_runtime_guards.py`` checks
-    both.
-
-    Signals cannot exclude one sender, so the two receivers are disconnected
-    from every sender and connected again for Django's own handlers.
-    ``reset_queries`` (the DEBUG query log) moves to the end of this handler's
-    requests; ``close_old_connections`` already runs there. Django's test client
-    connects ``close_old_connections`` for every sender again around its own
-    requests; that only brings the extra trip back, it breaks nothing.
-    """
-    for receiver in (close_old_connections, reset_queries):
-        signals.request_started.disconnect(receiver)
-        for sender in (WSGIHandler, ASGIHandler):
-            signals.request_started.connect(receiver, sender=sender)
-    signals.request_finished.connect(reset_queries, sender=PooledThreadsASGIHandler)
-
 
 def get_pooled_asgi_application() -> PooledThreadsASGIHandler:
     """Like ``django.core.asgi.get_asgi_application``, with the pooled handler."""
     django.setup(set_prefix=False)
-    move_request_housekeeping_to_end()
     return PooledThreadsASGIHandler(
         max_idle_threads=settings.OMNIGENT_REQUEST_THREADS_IDLE,
         max_running_threads=settings.OMNIGENT_REQUEST_THREADS_RUNNING,

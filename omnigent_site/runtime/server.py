@@ -14,7 +14,6 @@ omnigent_site.asgi:application``, so everything here applies to both:
   line is kept; one smaller than ``OMNIGENT_MAX_FRAME_BYTES`` is logged as a warning
   at start.
 - **No form parsing by Twisted** (``skip_twisted_form_parsing``).
-- **No Twisted access-log line that nobody reads** (``skip_discarded_twisted_access_log``).
 - **Health checks out of the access log** unless the log level is DEBUG
   (``hide_health_checks_from_access_log``): a load balancer or ``runlocal`` asks
   ``/health`` every few seconds.
@@ -75,7 +74,6 @@ def prepare_process() -> None:
         return
     _prepared = True
     skip_twisted_form_parsing()
-    skip_discarded_twisted_access_log()
     hide_health_checks_from_access_log()
     body_limit.install()
     raise_websocket_frame_limit(settings.OMNIGENT_MAX_FRAME_BYTES)
@@ -105,11 +103,9 @@ def _reactor_started(reactor: Any) -> None:
         log.info("%s%s (web page), API at /v1/", WHERE_TO_GO, ", ".join(where))
     log.debug(
         "server runtime: %d startup objects frozen out of full collections; Twisted "
-        "form parsing off: %s; Twisted's discarded access-log line skipped: %s; "
-        "WebSocket message/frame limit: %s/%s bytes; background tasks: %s; event loop: %s",
+        "form parsing off: %s; WebSocket message/frame limit: %s/%s bytes; background tasks: %s; event loop: %s",
         frozen,
         not getattr(_daphne_request_class(), "parses_post_forms", True),
-        _twisted_access_log_skipped(),
         message,
         frame,
         ", ".join(background.registered()) or "none",
@@ -176,7 +172,7 @@ def hide_health_checks_from_access_log() -> bool:
 
     Daphne writes its access log through the ``action_logger`` its ``Server`` was built
     with; its HTTP factory is built from the module global ``daphne.server.HTTPFactory``
-    with that server (as ``skip_discarded_twisted_access_log`` relies on too). The
+    with that server. The
     subclass installed here wraps the logger in :class:`HealthChecksAtDebug` and keeps
     the server in :class:`RunningServer` (its listening addresses, for the start-up
     line). Returns False, changing nothing, if daphne has no such global.
@@ -215,14 +211,6 @@ def freeze_startup_objects() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
-
-
-def _twisted_access_log_skipped() -> bool:
-    from daphne import server as daphne_server
-
-    return bool(
-        getattr(getattr(daphne_server, "HTTPFactory", None), "skips_discarded_access_log", False)
-    )
 
 
 def _daphne_loop_name() -> str:
@@ -269,41 +257,6 @@ def skip_twisted_form_parsing() -> bool:
             super().__init__(*args, **kwargs)
 
     http_protocol.WebRequest = FormlessWebRequest
-    return True
-
-
-def skip_discarded_twisted_access_log() -> bool:
-    """Stop Twisted from formatting an access-log line that daphne throws away.
-
-    Twisted's ``HTTPFactory.log`` formats a combined-log line for every request and
-    writes it to Twisted's global log. Daphne writes the access log itself
-    (``--access-log``, ``AccessLogGenerator``), and at its default verbosity (1 or
-    less) its ``Server.run`` sends Twisted's global log to an observer that drops
-    every event, formatted for nothing (``docs/performance.md``, overrides). Daphne's
-    server builds its HTTP factory from the module global ``daphne.server.HTTPFactory``,
-    which is replaced by a subclass that skips the line exactly when daphne discards
-    it (a verbosity of 2 or more shows Twisted's log, line included). The guard test
-    checks that daphne still drops Twisted's log at verbosity 1. Returns False,
-    changing nothing, if daphne no longer builds its factory from that global.
-    """
-    from daphne import server as daphne_server
-
-    current = getattr(daphne_server, "HTTPFactory", None)
-    if current is None:
-        log.warning("daphne.server has no HTTPFactory: Twisted's access log is kept")
-        return False
-    if getattr(current, "skips_discarded_access_log", False):
-        return True
-
-    class QuietHTTPFactory(current):  # type: ignore[misc, valid-type]
-        skips_discarded_access_log = True
-
-        def log(self, request: Any) -> None:
-            if self.server.verbosity <= 1:
-                return  # daphne sends Twisted's log nowhere at this verbosity
-            super().log(request)
-
-    daphne_server.HTTPFactory = QuietHTTPFactory
     return True
 
 

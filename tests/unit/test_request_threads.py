@@ -20,7 +20,6 @@ from omnigent_site.runtime.handler import (
     PooledThreadsASGIHandler,
     RequestThread,
     RequestThreadPool,
-    move_request_housekeeping_to_end,
 )
 from omnigent_site.runtime.running_gate import Place, RunningGate
 
@@ -165,19 +164,8 @@ def receivers(signal: signals.Signal, sender: type) -> list[object]:
     return [receiver for receiver, _ in signal.send_robust(sender=sender)]
 
 
-def test_start_of_request_housekeeping_runs_at_the_end_of_pooled_requests() -> None:
-    move_request_housekeeping_to_end()  # idempotent; the test client may have undone part
-    started = receivers(signals.request_started, PooledThreadsASGIHandler)
-    assert close_old_connections not in started
-    assert reset_queries not in started
-    finished = receivers(signals.request_finished, PooledThreadsASGIHandler)
-    assert close_old_connections in finished
-    assert reset_queries in finished
-
-
-def test_django_own_handlers_keep_their_start_of_request_housekeeping() -> None:
-    move_request_housekeeping_to_end()
-    for handler in (WSGIHandler, ASGIHandler):
+def test_pooled_requests_keep_django_start_of_request_housekeeping() -> None:
+    for handler in (PooledThreadsASGIHandler, WSGIHandler, ASGIHandler):
         started = receivers(signals.request_started, handler)
         assert close_old_connections in started
         assert reset_queries in started

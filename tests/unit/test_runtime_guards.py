@@ -35,12 +35,9 @@ from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
-from django.core import signals
 from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.base import BaseHandler
-from django.db import close_old_connections
-from django.db.backends.sqlite3 import base as django_sqlite
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware
 from django.middleware.csrf import CsrfViewMiddleware
@@ -53,7 +50,7 @@ from twisted.web.test.requesthelper import DummyChannel
 
 from omnigent_site.runtime import background, flow, middleware, server, shutdown
 from omnigent_site.runtime.channel_layer import EmbeddedChannelLayer, ScaleOutChannelLayer
-from omnigent_site.runtime.handler import LOOP_SAFE_FINISH_RECEIVERS, PooledThreadsASGIHandler
+from omnigent_site.runtime.handler import PooledThreadsASGIHandler
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -121,43 +118,6 @@ def test_guard_asgi_handler_call_and_send_response_are_as_copied() -> None:
         "response",
         "send",
     ]
-
-
-def test_guard_asgi_handler_handle_and_response_close_are_as_followed() -> None:
-    """``PooledThreadsASGIHandler.handle`` follows Django's ``ASGIHandler.handle`` step for
-    step except the response's close, and ``closes_on_loop`` relies on what
-    ``HttpResponseBase.close`` does (closers, then ``request_finished`` with the
-    handler's class) and on ``Signal._live_receivers`` answering (sync, async) lists.
-    If this fails, compare ``handle`` and ``closes_on_loop`` in
-    ``omnigent_site/runtime/handler.py`` with the new Django code and update the
-    fingerprints."""
-    assert fingerprint(ASGIHandler.handle) == "ab2236e287c805bf", (
-        "Django changed ASGIHandler.handle, which PooledThreadsASGIHandler.handle follows"
-    )
-    assert fingerprint(HttpResponseBase.close) == "c867968c5c66060f", (
-        "Django changed HttpResponseBase.close, which closes_on_loop audits"
-    )
-    receivers = signals.request_finished._live_receivers(PooledThreadsASGIHandler)
-    assert isinstance(receivers, tuple) and len(receivers) == 2
-    sync_receivers, async_receivers = receivers
-    assert close_old_connections in sync_receivers and async_receivers == []
-    assert set(sync_receivers) <= set(LOOP_SAFE_FINISH_RECEIVERS)
-
-
-def test_guard_django_tidies_connections_at_the_start_of_every_request() -> None:
-    """``move_request_housekeeping_to_end`` relies on Django connecting these two
-    receivers to ``request_started`` for every sender, and on the ASGI handler sending
-    the signal with its own class (so ``PooledThreadsASGIHandler`` is a sender of its
-    own). If Django stops connecting one of them, the move would *add* a receiver that
-    Django no longer wants: drop the move then."""
-    import django.db
-
-    source = inspect.getsource(django.db)
-    assert "signals.request_started.connect(reset_queries)" in source
-    assert "signals.request_started.connect(close_old_connections)" in source
-    assert "signals.request_finished.connect(close_old_connections)" in source
-    handle = inspect.getsource(ASGIHandler.handle)
-    assert "signals.request_started.asend(sender=self.__class__" in handle
 
 
 # --- middleware: hooks inline on the event loop -----------------------------------------
@@ -547,49 +507,6 @@ def test_daphne_requests_no_longer_parse_post_bodies_as_forms() -> None:
     assert http_protocol.WebRequest is request_class
 
 
-def test_guard_django_converts_sqlite_placeholders_in_convert_query() -> None:
-    """``runtime/sqlite3`` keeps ``SQLiteCursorWrapper.convert_query``'s result per
-    statement and its backend's ``create_cursor`` names the cursor class; if either
-    changed, compare them with ``omnigent_site/runtime/sqlite3/base.py`` and update
-    these fingerprints."""
-    assert fingerprint(django_sqlite.SQLiteCursorWrapper.convert_query) == "d0e1c07e8bdff5f5"
-    assert fingerprint(django_sqlite.DatabaseWrapper.create_cursor) == "5c3e4a272c024588"
-
-
-class _Written:
-    """A log file that keeps what Twisted writes to it."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def write(self, line: str) -> None:
-        self.lines.append(line)
-
-
-def _logged_request(factory: Any) -> list[str]:
-    """The lines ``factory`` writes to its log file for one finished request."""
-    written = _Written()
-    factory._logFile = written
-    request = http.Request(DummyChannel())
-    request.method, request.uri, request.clientproto = b"GET", b"/health", b"HTTP/1.1"
-    request.code = 200
-    factory.log(request)
-    return written.lines
-
-
-def test_twisted_access_log_line_is_skipped_only_where_daphne_discards_it() -> None:
-    assert server.skip_discarded_twisted_access_log()
-    factory_class = daphne_server.HTTPFactory
-    assert issubclass(factory_class, http_protocol.HTTPFactory)
-    quiet, shown = types.SimpleNamespace(verbosity=1), types.SimpleNamespace(verbosity=2)
-    assert _logged_request(factory_class(quiet)) == []
-    [line] = _logged_request(factory_class(shown))
-    assert '"GET /health HTTP/1.1" 200' in line
-    # Installing twice does not stack subclasses.
-    assert server.skip_discarded_twisted_access_log()
-    assert daphne_server.HTTPFactory is factory_class
-
-
 def test_answered_health_checks_leave_the_access_log_above_debug(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -631,16 +548,15 @@ def test_the_start_up_line_names_each_listening_address() -> None:
     assert server.listening_urls(None) == []
 
 
-def test_guard_daphne_builds_its_http_factory_from_the_global_and_drops_twisted_log() -> None:
-    """``skip_discarded_twisted_access_log`` relies on ``Server.run`` building
-    ``HTTPFactory(self)`` from ``daphne.server``'s global, and on it sending Twisted's
-    global log nowhere at a verbosity of 1 or less. If this fails, compare
-    ``daphne.server.Server.run`` with the docstring there."""
+def test_guard_daphne_builds_its_http_factory_from_the_global() -> None:
+    """``hide_health_checks_from_access_log`` relies on ``Server.run`` building
+    ``HTTPFactory(self)`` from ``daphne.server``'s global, and on daphne's command line
+    offering no other way to filter its access log (``AccessLogGenerator`` writes to a
+    stream). If this fails, compare ``daphne.server.Server.run`` and ``daphne.cli``."""
     run = inspect.getsource(daphne_server.Server.run)
     assert "self.http_factory = HTTPFactory(self)" in run
-    quiet_branch = run[run.index("if self.verbosity <= 1:") :]
-    assert "globalLogBeginner.beginLoggingTo(" in quiet_branch.split("else:")[0]
-    assert "[lambda _: None]" in quiet_branch.split("else:")[0]
+    cli = inspect.getsource(daphne_cli.CommandLineInterface.run)
+    assert "AccessLogGenerator(access_log_stream)" in cli
 
 
 def test_startup_objects_are_frozen_out_of_full_collections() -> None:

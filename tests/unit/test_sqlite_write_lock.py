@@ -7,19 +7,12 @@ if Django stops doing so, the lock is never taken (or never released) and these 
 
 from __future__ import annotations
 
-import functools
 import threading
 
 import pytest
 from django.db import OperationalError, connection, connections, transaction
-from django.db.backends.sqlite3 import base as django_sqlite
 
-from omnigent_site.runtime.sqlite3.base import (
-    DatabaseWrapper,
-    SQLiteCursorWrapper,
-    qmark_query,
-    write_lock,
-)
+from omnigent_site.runtime.sqlite3.base import DatabaseWrapper, write_lock
 from sessions.models import Agent
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.django_db(transaction=True)]
@@ -127,37 +120,3 @@ def test_waiting_is_bounded_by_the_database_timeout() -> None:
     assert len(errors) == 1
     assert isinstance(errors[0], OperationalError)
     assert "database is locked" in str(errors[0])
-
-
-# --- the cursor's kept placeholder conversion ------------------------------------------
-
-
-def test_statements_are_converted_as_django_converts_them() -> None:
-    with connection.cursor() as cursor:
-        ours = cursor.cursor
-        assert isinstance(ours, SQLiteCursorWrapper)
-        stock = functools.partial(django_sqlite.SQLiteCursorWrapper.convert_query, ours)
-        for query in (
-            "SELECT 1",
-            "SELECT * FROM t WHERE a = %s AND b = %s",
-            "SELECT '100%%' AS x, %s",
-            "UPDATE t SET a = %s WHERE b LIKE '%%z%%' AND c IN (%s, %s)",
-        ):
-            assert ours.convert_query(query) == stock(query)
-            assert qmark_query(query) == stock(query)
-        named = "SELECT %(a)s, %(b)s"
-        assert ours.convert_query(named, param_names=["a", "b"]) == stock(
-            named, param_names=["a", "b"]
-        )
-
-
-def test_a_statement_is_converted_once() -> None:
-    statement = "SELECT %s AS kept_conversion_probe"
-    before = qmark_query.cache_info()
-    with connection.cursor() as cursor:
-        for value in range(3):
-            cursor.execute(statement, [value])
-            assert cursor.fetchone() == (value,)
-    after = qmark_query.cache_info()
-    assert after.misses - before.misses == 1
-    assert after.hits - before.hits == 2

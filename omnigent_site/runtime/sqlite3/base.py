@@ -21,19 +21,10 @@ The hooks are Django's: the SQLite backend's ``_start_transaction_under_autocomm
 ``tests/unit/test_runtime_guards.py`` fails if ``atomic()`` stops going through them.
 Subclassing a built-in backend and naming it in ``ENGINE`` is how Django's
 documentation says to change one.
-
-The backend's cursor also keeps each statement's placeholder conversion. Django's
-SQLite cursor turns every statement's ``%s`` placeholders into SQLite's ``?`` with a
-regular expression on each execution, on a turn's 25–30 statements and every poll's
-two. The project's statements are a bounded set of strings (``rawsql`` builds
-each once), so the conversion is kept per statement text, in a bounded cache; the
-result is Django's own conversion. The guard test fingerprints Django's
-``convert_query`` and ``create_cursor``.
 """
 
 from __future__ import annotations
 
-import functools
 import threading
 from typing import Any
 
@@ -55,27 +46,10 @@ def write_lock(name: str) -> threading.Lock:
         return lock
 
 
-@functools.lru_cache(maxsize=2048)
-def qmark_query(query: str) -> str:
-    """``query`` with Django's ``format`` placeholders in SQLite's ``qmark`` style, as
-    ``SQLiteCursorWrapper.convert_query`` converts it (kept per statement text)."""
-    return base.FORMAT_QMARK_REGEX.sub("?", query).replace("%%", "%")
-
-
-class SQLiteCursorWrapper(base.SQLiteCursorWrapper):
-    def convert_query(self, query: str, *, param_names: Any = None) -> str:
-        if param_names is None:
-            return qmark_query(query)
-        return super().convert_query(query, param_names=param_names)
-
-
 class DatabaseWrapper(base.DatabaseWrapper):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._write_lock: threading.Lock | None = None
-
-    def create_cursor(self, name: Any = None) -> SQLiteCursorWrapper:
-        return self.connection.cursor(factory=SQLiteCursorWrapper)
 
     def _write_lock_for_connection(self) -> threading.Lock | None:
         name = str(self.settings_dict["NAME"])
