@@ -45,12 +45,13 @@ export function lineDiff(before, after) {
         ops.push([" ", start + i, start + j]);
         i += 1;
         j += 1;
-      } else if (j < m && (i === n || table[i * width + j + 1] >= table[(i + 1) * width + j])) {
-        ops.push(["+", null, start + j]);
-        j += 1;
-      } else {
+      } else if (i < n && (j === m || table[(i + 1) * width + j] >= table[i * width + j + 1])) {
+        // On a tie the removal goes first: a changed line reads "-old" then "+new".
         ops.push(["-", start + i, null]);
         i += 1;
+      } else {
+        ops.push(["+", null, start + j]);
+        j += 1;
       }
     }
   }
