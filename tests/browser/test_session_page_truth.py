@@ -210,7 +210,6 @@ def test_no_runner_banner_goes_when_a_runner_is_bound_and_a_fork_asks_for_no_wor
     context.close()
 
 
-@pytest.mark.xfail(strict=True, reason="PENDING")
 def test_a_file_saved_with_identical_content_is_not_listed_as_changed(
     browser: Any, server: Server, runner: Runner, make_bundle: Callable[..., bytes]
 ) -> None:

@@ -36,7 +36,8 @@ export class ChangesPanel {
     return this.loading;
   }
 
-  render(entries) {
+  render(all) {
+    const entries = all.filter((entry) => !unchanged(entry));
     this.empty.hidden = entries.length > 0;
     this.list.replaceChildren(
       ...entries.map((entry) =>
@@ -69,4 +70,10 @@ export class ChangesPanel {
     }
     this.diffPanel.scrollIntoView({ block: "nearest" });
   }
+}
+
+// A file rewritten with the content it had is `modified` with 0 lines added and removed
+// in the server's record (agents.md: modified, then modified); there is nothing to show.
+function unchanged(entry) {
+  return entry.status === "modified" && entry.lines_added === 0 && entry.lines_removed === 0;
 }
