@@ -44,7 +44,6 @@ def card(page: Any, call_id: str, index: int = 0) -> Any:
     return page.locator(f"#transcript .entry.tool[data-call-id='{call_id}']").nth(index)
 
 
-@pytest.mark.xfail(strict=True, reason="PENDING")
 def test_declined_denied_and_failed_calls_each_show_their_own_status(
     browser: Any,
     server: Server,
@@ -107,7 +106,6 @@ def test_declined_denied_and_failed_calls_each_show_their_own_status(
     context.close()
 
 
-@pytest.mark.xfail(strict=True, reason="PENDING")
 def test_a_call_id_reused_in_a_later_turn_gets_its_own_card(
     browser: Any,
     server: Server,

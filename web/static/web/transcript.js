@@ -11,7 +11,9 @@ export class Transcript {
     this.sessionId = sessionId;
     this.onFork = onFork;
     this.nodes = new Map(); // item id -> <li>
-    this.calls = new Map(); // call_id -> { card, startedAt }
+    // turn + call_id -> { card, startedAt, output, … }: some servers reuse call ids across
+    // turns (`call_0` every time), so a call id alone names no card.
+    this.calls = new Map();
     this.streaming = new Map(); // item id -> { text, node, scheduled }
     this.done = new Set(); // item ids already final
   }
@@ -114,8 +116,10 @@ export class Transcript {
   }
 
   call(item) {
-    const previous = this.calls.get(item.call_id);
-    const startedAt = previous?.startedAt ?? item.created_at ?? Date.now() / 1000;
+    const key = callKey(item);
+    const previous = this.calls.get(key);
+    // A card drawn again (snapshot, then stream) keeps when its call was first seen.
+    const startedAt = (previous?.card ? previous.startedAt : item.created_at) ?? Date.now() / 1000;
     let args = item.arguments ?? "";
     try {
       args = JSON.stringify(JSON.parse(args), null, 2);
@@ -123,9 +127,15 @@ export class Transcript {
       // not JSON: shown as sent
     }
     // The call item is complete once the model made it; until its output arrives the
-    // tool is still running (or waiting for an approval).
-    const shown = previous?.output == null && item.status === "completed" ? "running" : item.status;
-    const status = el("span", { class: "call-status", dataset: { status: shown }, text: shown });
+    // tool is still running (or waiting for an approval); then its output says what
+    // became of it.
+    const shown =
+      previous?.output != null
+        ? outcome(previous.output)
+        : item.status === "completed"
+          ? RUNNING
+          : label(item.status);
+    const status = el("span", { class: "call-status", dataset: { status: shown.status }, text: shown.label });
     const output = el("pre", { class: "call-output", text: previous?.output ?? "" });
     const duration = el("span", { class: "call-duration" });
     const card = el(
@@ -142,22 +152,25 @@ export class Transcript {
       ),
     );
     const entry = { card, startedAt, output: previous?.output ?? null, status, outputNode: output, duration };
-    this.calls.set(item.call_id, entry);
+    this.calls.set(key, entry);
     if (previous?.finishedAt) this.finish(entry, previous.finishedAt);
     return card;
   }
 
   attachOutput(item) {
-    let entry = this.calls.get(item.call_id);
+    const key = callKey(item);
+    let entry = this.calls.get(key);
     if (!entry) {
-      entry = { startedAt: item.created_at, output: item.output };
-      this.calls.set(item.call_id, entry);
+      // The output came first: kept for the call's card.
+      entry = { output: item.output ?? "", finishedAt: item.created_at ?? Date.now() / 1000 };
+      this.calls.set(key, entry);
       return;
     }
     entry.output = item.output ?? "";
     entry.outputNode.textContent = entry.output;
-    entry.status.textContent = "completed";
-    entry.status.dataset.status = "completed";
+    const shown = outcome(entry.output);
+    entry.status.textContent = shown.label;
+    entry.status.dataset.status = shown.status;
     this.finish(entry, item.created_at ?? Date.now() / 1000);
   }
 
@@ -201,6 +214,30 @@ export class Transcript {
     this.root.append(node);
     this.nodes.set(key, node);
   }
+}
+
+const RUNNING = { status: "running", label: "running" };
+const label = (status) => ({ status, label: status });
+
+function callKey(item) {
+  return `${item.response_id ?? ""} ${item.call_id}`;
+}
+
+// What became of a call, from its output: the runner's refusals and tool errors are
+// `{"error": …}` outputs (approvals.md words the refusals), anything else is a result.
+export function outcome(output) {
+  let error = null;
+  try {
+    const parsed = JSON.parse(output);
+    if (parsed && typeof parsed === "object" && typeof parsed.error === "string") error = parsed.error;
+  } catch {
+    // not JSON: a plain result
+  }
+  if (error === null) return label("completed");
+  if (error.startsWith("declined by ")) return label("declined");
+  if (error.startsWith("denied by policy ")) return label("denied");
+  if (error === "not approved") return { status: "not-approved", label: "not approved" };
+  return label("failed");
 }
 
 // The snapshot's nested item ({…header, data}) in the flat shape of the stream.
