@@ -172,7 +172,6 @@ def test_a_call_id_reused_in_a_later_turn_gets_its_own_card(
     context.close()
 
 
-@pytest.mark.xfail(strict=True, reason="PENDING")
 def test_no_runner_banner_goes_when_a_runner_is_bound_and_a_fork_asks_for_no_workspace(
     browser: Any, server: Server, runner: Runner, make_bundle: Callable[..., bytes]
 ) -> None:

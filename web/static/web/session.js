@@ -47,7 +47,13 @@ async function loadSnapshot() {
     drawHeader();
     approvals.reset(snapshot.pending_elicitations, snapshot.permission_level >= 2);
     if (snapshot.permission_level >= 2 || snapshot.share_workspace_files) {
-      workspace.show({ canEdit: snapshot.permission_level >= 2 }).catch(() => {});
+      workspace
+        .show({
+          canEdit: snapshot.permission_level >= 2,
+          bound: Boolean(snapshot.runner_id),
+          canBind: snapshot.permission_level >= 4,
+        })
+        .catch(() => {});
     }
     const pending = held;
     held = null;
@@ -245,6 +251,10 @@ $("runner-select").addEventListener("change", async (event) => {
     const updated = await api("PATCH", base, { runner_id: event.target.value });
     session = { ...session, ...updated };
     drawRunner();
+    // What the missing runner caused is gone with it: the "no runner" error of a send,
+    // and the workspace panel's note.
+    if (session.runner_id && errorNode.dataset.code === "runner_unavailable") showError(errorNode, null);
+    if (!$("panel-workspace").hidden) workspace.setBound(Boolean(session.runner_id)).catch(() => {});
   } catch (error) {
     showError(errorNode, error);
     drawRunner();

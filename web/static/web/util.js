@@ -32,14 +32,18 @@ export function isoTime(seconds) {
   return new Date(seconds * 1000).toISOString();
 }
 
+// The API's error code goes along (`data-code`), so a page can clear an error once its
+// cause is gone.
 export function showError(node, error) {
   if (!node) return;
   if (!error) {
     node.hidden = true;
     node.textContent = "";
+    delete node.dataset.code;
     return;
   }
   node.textContent = error.message ?? String(error);
+  node.dataset.code = error.code ?? "";
   node.hidden = false;
 }
 

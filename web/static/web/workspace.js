@@ -11,6 +11,7 @@ export class WorkspacePanel {
     this.base = `/v1/sessions/${encodeURIComponent(sessionId)}/resources/environments/default`;
     this.$ = (id) => document.getElementById(id);
     this.canEdit = false;
+    this.bound = false;
     this.openPath = null;
     this.$("ws-search").addEventListener("submit", (event) => {
       event.preventDefault();
@@ -23,15 +24,36 @@ export class WorkspacePanel {
     });
   }
 
-  async show({ canEdit }) {
+  // With no runner bound there is no workspace to ask for (the API answers 409): the
+  // panel says so, and is read once a runner is bound (`bound` again).
+  async show({ canEdit, bound, canBind }) {
     this.canEdit = canEdit;
+    this.canBind = canBind;
     this.$("panel-workspace").hidden = false;
+    await this.setBound(bound);
+  }
+
+  async setBound(bound) {
+    this.bound = bound;
+    this.$("ws-search").hidden = !bound;
+    if (!bound) {
+      this.$("ws-tree").replaceChildren();
+      this.$("ws-hits").hidden = true;
+      this.$("ws-file").hidden = true;
+      this.openPath = null;
+      this.note({
+        message: this.canBind
+          ? "Bind a runner (above) to see its workspace."
+          : "No runner is bound: the workspace shows once the owner binds one.",
+      });
+      return;
+    }
     await this.expand("", this.$("ws-tree"));
   }
 
   // The agent changed files: the top level is read again (open folders close).
   refresh() {
-    if (this.$("panel-workspace").hidden || this.refreshing) return;
+    if (this.$("panel-workspace").hidden || !this.bound || this.refreshing) return;
     this.refreshing = setTimeout(() => {
       this.refreshing = null;
       this.expand("", this.$("ws-tree"));
