@@ -486,6 +486,9 @@ class TurnRunner:
 
     def _output(self, call: FunctionCall, output: str) -> None:
         self._unanswered.pop(call.call_id, None)
+        # The call is finished: a later call that reuses its id (some servers number
+        # calls per answer, "call_0" each time) is another item, not this one again.
+        self._call_item_ids.pop(call.call_id, None)
         self._done(
             {
                 "id": new_item_id(),

@@ -323,6 +323,30 @@ async def test_builtin_write_tool_changes_workspace(mock, make_executor, workspa
     assert json.loads(outputs[0]["output"])["path"] == "notes/hello.txt"
 
 
+async def test_a_call_id_reused_in_a_later_answer_is_another_item(
+    mock, make_executor, workspace
+) -> None:
+    """Some servers number calls per answer: the second answer's call_0 is a new call,
+    stored as its own item beside the first, never in its place."""
+    mock.configure(
+        [
+            {"tool_calls": [call("sys_os_write", {"path": "a.txt", "content": "A"}, "call_0")]},
+            {"tool_calls": [call("sys_os_write", {"path": "b.txt", "content": "B"}, "call_0")]},
+            {"text": "Both written"},
+        ]
+    )
+    executor, sink = make_executor()
+    end = await open_and_run(executor, sink, agent_yaml(mock.base_url, os_env="."), "write")
+
+    assert end["status"] == "idle"
+    calls = [i for i in done_items(sink, "resp_1") if i["type"] == "function_call"]
+    assert [json.loads(c["arguments"])["path"] for c in calls] == ["a.txt", "b.txt"]
+    assert calls[0]["id"] != calls[1]["id"]
+    history_calls = [i for i in executor.session_history(SID) if i["type"] == "function_call"]
+    assert len({i["id"] for i in history_calls}) == 2
+    assert (workspace / "a.txt").read_text() == "A" and (workspace / "b.txt").read_text() == "B"
+
+
 async def test_chat_completions_text_and_tool_call(mock, make_executor, workspace) -> None:
     args = {"path": "a.txt", "content": "A"}
     mock.configure(
