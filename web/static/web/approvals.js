@@ -1,26 +1,38 @@
 // Approval cards (approvals.md): a question from the agent with the tool, its arguments
 // and the policy; Approve / Decline with an optional reason. A card closes in every open
 // tab when anyone answers (`response.elicitation_resolved`); questions raised before the
-// page was opened come from the snapshot's `pending_elicitations`.
+// page was opened come from the snapshot's `pending_elicitations`. A question is easy to
+// miss at the foot of a long conversation: a new card is scrolled into view (clear of the
+// sticky composer), the number waiting goes to the tab title (`onCount`), and after an
+// answer focus moves to the next card's button or the composer, never to <body>.
 import { api } from "./api.js";
 import { el, showError } from "./util.js";
 
 export class ApprovalCards {
-  constructor(sessionId, root) {
+  constructor(sessionId, root, { composer = null, onCount = () => {} } = {}) {
     this.base = `/v1/sessions/${encodeURIComponent(sessionId)}/elicitations`;
     this.root = root;
+    this.composer = composer; // the sticky composer a card must not hide behind
+    this.onCount = onCount;
     this.cards = new Map(); // elicitation id -> <li>
     this.canAnswer = false;
+  }
+
+  get count() {
+    return this.cards.size;
   }
 
   reset(pending, canAnswer) {
     this.canAnswer = canAnswer;
     this.cards.clear();
     this.root.replaceChildren();
-    for (const request of pending ?? []) this.requested(request);
+    for (const request of pending ?? []) this.requested(request, { reveal: false });
+    const first = this.root.firstElementChild;
+    if (first) this.reveal(first);
+    this.onCount(this.count);
   }
 
-  requested(request) {
+  requested(request, { reveal = true } = {}) {
     const id = request.elicitation_id;
     if (this.cards.has(id)) return;
     const params = request.params ?? {};
@@ -57,13 +69,45 @@ export class ApprovalCards {
     );
     this.cards.set(id, card);
     this.root.append(card);
+    if (reveal) {
+      this.onCount(this.count);
+      // Only the first waiting question is brought into view: later ones queue below it.
+      if (this.count === 1) this.reveal(card);
+    }
   }
 
   resolved(event) {
     const card = this.cards.get(event.elicitation_id);
     if (!card) return;
+    const hadFocus = card.contains(document.activeElement);
     this.cards.delete(event.elicitation_id);
     card.remove();
+    this.onCount(this.count);
+    if (hadFocus) this.focusNext();
+  }
+
+  // The composer is sticky at the foot of the page: a card (or a button reached with Tab)
+  // keeps that much room below it when scrolled to.
+  margin() {
+    return `${(this.composer?.offsetHeight ?? 0) + 16}px`;
+  }
+
+  reveal(card) {
+    card.style.scrollMarginBottom = this.margin();
+    for (const node of card.querySelectorAll("button, input")) {
+      node.style.scrollMarginBottom = this.margin();
+    }
+    const box = card.getBoundingClientRect();
+    const bottom = window.innerHeight - (this.composer?.offsetHeight ?? 0);
+    if (box.top < 0 || box.bottom > bottom) card.scrollIntoView({ block: "end" });
+  }
+
+  focusNext() {
+    const next = this.root.querySelector("li.approval button.approve");
+    const target = next ?? document.getElementById("message");
+    if (!target) return;
+    target.focus({ preventScroll: true });
+    target.scrollIntoView({ block: "center" });
   }
 
   async answer(id, action, reason, errorNode) {

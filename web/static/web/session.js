@@ -22,7 +22,10 @@ const base = `/v1/sessions/${encodeURIComponent(sessionId)}`;
 
 const $ = (id) => document.getElementById(id);
 const transcript = new Transcript($("transcript"), { sessionId, onFork: fork });
-const approvals = new ApprovalCards(sessionId, $("approvals"));
+const approvals = new ApprovalCards(sessionId, $("approvals"), {
+  composer: $("composer"),
+  onCount: drawTitle,
+});
 const workspace = new WorkspacePanel(sessionId);
 const changes = new ChangesPanel(sessionId);
 const share = new ShareDialog(sessionId);
@@ -69,9 +72,18 @@ async function loadSnapshot() {
   }
 }
 
+// The tab title leads with the number of questions waiting, "(1) title", so a question is
+// seen from another tab.
+function drawTitle() {
+  if (!session) return;
+  const waiting = approvals.count;
+  const title = `${session.title || "Untitled session"} · Omnigent`;
+  document.title = waiting ? `(${waiting}) ${title}` : title;
+}
+
 function drawHeader() {
   const level = session.permission_level;
-  document.title = `${session.title || "Untitled session"} · Omnigent`;
+  drawTitle();
   $("title").textContent = session.title || "Untitled session";
   $("agent").textContent = session.agent_name;
   $("edit-title").hidden = level < 2;
