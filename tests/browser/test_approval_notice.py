@@ -1,6 +1,7 @@
 """An approval at the foot of a long session cannot be missed (issue 43): the card is
 brought into view clear of the sticky composer, the tab title counts the questions
-waiting, and a keyboard-only answer keeps focus on the page (never <body>).
+waiting, a keyboard-only answer keeps focus on the page (never <body>), and each call
+records who answered it, live and after a reload.
 
 A real daphne, runner and mock LLM behind Debian's chromium, as in test_web_page.py.
 """
@@ -25,6 +26,12 @@ CARD_BOX = """() => {
   const box = card.getBoundingClientRect();
   return {top: box.top, bottom: box.bottom, composerTop: composer.top};
 }"""
+
+
+# True once the call cards' "approved by …" records read `expected`, in order.
+VERDICTS_ARE = """expected => JSON.stringify(
+  [...document.querySelectorAll('#transcript .call-verdict')].map(n => n.textContent)
+) === JSON.stringify(expected)"""
 
 
 def long_guarded_session(server: Server, make_bundle: Callable[..., bytes]) -> str:
@@ -143,4 +150,17 @@ def test_keyboard_only_answers_keep_focus_on_the_page(
     page.wait_for_selector("#status[data-status=idle]")
     focused = page.evaluate("document.activeElement.id || document.activeElement.tagName")
     assert focused != "BODY", focused
+    # Each call records who answered, live and after a reload.
+    expected = [f"approved by {ALICE}", f"declined by {ALICE}: not now"]
+    page.wait_for_function(VERDICTS_ARE, arg=expected)
+    page.reload()
+    page.wait_for_selector("body[data-ready='1']")
+    page.wait_for_function(VERDICTS_ARE, arg=expected)
+    # At 390 px the record stays inside its card.
+    spill = page.eval_on_selector_all(
+        "#transcript li.tool",
+        """ns => ns.map(n => n.querySelector('.call-verdict').getBoundingClientRect().right
+                           - n.getBoundingClientRect().right)""",
+    )
+    assert all(over <= 0 for over in spill), spill
     context.close()

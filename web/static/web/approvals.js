@@ -9,11 +9,12 @@ import { api } from "./api.js";
 import { el, showError } from "./util.js";
 
 export class ApprovalCards {
-  constructor(sessionId, root, { composer = null, onCount = () => {} } = {}) {
+  constructor(sessionId, root, { composer = null, onCount = () => {}, onVerdict = () => {} } = {}) {
     this.base = `/v1/sessions/${encodeURIComponent(sessionId)}/elicitations`;
     this.root = root;
     this.composer = composer; // the sticky composer a card must not hide behind
     this.onCount = onCount;
+    this.onVerdict = onVerdict; // ({response_id, call_id, text}) for the call's card
     this.cards = new Map(); // elicitation id -> <li>
     this.canAnswer = false;
   }
@@ -84,6 +85,33 @@ export class ApprovalCards {
     card.remove();
     this.onCount(this.count);
     if (hadFocus) this.focusNext();
+  }
+
+  // Who answered is read from the approvals listing: the resolved event names who and what,
+  // but not the call; after a reload only the listing has it.
+  async loadVerdicts() {
+    let after = null;
+    for (;;) {
+      const query = `?status=resolved&limit=1000${after ? `&after=${encodeURIComponent(after)}` : ""}`;
+      const page = await api("GET", `${this.base}${query}`);
+      for (const row of page.data) this.verdict(row);
+      if (!page.has_more || !page.last_id) return;
+      after = page.last_id;
+    }
+  }
+
+  async fetchVerdict(id) {
+    this.verdict(await api("GET", `${this.base}/${encodeURIComponent(id)}`));
+  }
+
+  verdict(row) {
+    if (!row.resolved_by) return; // expired: the call's own status says "not approved"
+    let text;
+    if (row.status === "accepted") text = `approved by ${row.resolved_by}`;
+    else if (row.status === "declined") {
+      text = `declined by ${row.resolved_by}${row.reason ? `: ${row.reason}` : ""}`;
+    } else return;
+    this.onVerdict({ response_id: row.response_id, call_id: row.call_id, text });
   }
 
   // The composer is sticky at the foot of the page: a card (or a button reached with Tab)

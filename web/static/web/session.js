@@ -25,6 +25,7 @@ const transcript = new Transcript($("transcript"), { sessionId, onFork: fork });
 const approvals = new ApprovalCards(sessionId, $("approvals"), {
   composer: $("composer"),
   onCount: drawTitle,
+  onVerdict: (verdict) => transcript.verdict(verdict),
 });
 const workspace = new WorkspacePanel(sessionId);
 const changes = new ChangesPanel(sessionId);
@@ -62,6 +63,7 @@ async function loadSnapshot() {
     held = null;
     for (const event of pending) apply(event);
     changes.reload().catch(() => {});
+    approvals.loadVerdicts().catch(() => {});
     document.body.dataset.ready = "1";
     performance.mark("omnigent-session-ready");
   })();
@@ -159,6 +161,7 @@ function apply(event) {
       break;
     case "response.elicitation_resolved":
       approvals.resolved(event);
+      approvals.fetchVerdict(event.elicitation_id).catch(() => {});
       break;
     case "session.changed_files.invalidated":
       changes.reload().catch(() => {});
