@@ -1,26 +1,39 @@
 // Approval cards (approvals.md): a question from the agent with the tool, its arguments
 // and the policy; Approve / Decline with an optional reason. A card closes in every open
 // tab when anyone answers (`response.elicitation_resolved`); questions raised before the
-// page was opened come from the snapshot's `pending_elicitations`.
+// page was opened come from the snapshot's `pending_elicitations`. A question is easy to
+// miss at the foot of a long conversation: a new card is scrolled into view (clear of the
+// sticky composer), the number waiting goes to the tab title (`onCount`), and after an
+// answer focus moves to the next card's button or the composer, never to <body>.
 import { api } from "./api.js";
 import { el, showError } from "./util.js";
 
 export class ApprovalCards {
-  constructor(sessionId, root) {
+  constructor(sessionId, root, { composer = null, onCount = () => {}, onVerdict = () => {} } = {}) {
     this.base = `/v1/sessions/${encodeURIComponent(sessionId)}/elicitations`;
     this.root = root;
+    this.composer = composer; // the sticky composer a card must not hide behind
+    this.onCount = onCount;
+    this.onVerdict = onVerdict; // ({response_id, call_id, text}) for the call's card
     this.cards = new Map(); // elicitation id -> <li>
     this.canAnswer = false;
+  }
+
+  get count() {
+    return this.cards.size;
   }
 
   reset(pending, canAnswer) {
     this.canAnswer = canAnswer;
     this.cards.clear();
     this.root.replaceChildren();
-    for (const request of pending ?? []) this.requested(request);
+    for (const request of pending ?? []) this.requested(request, { reveal: false });
+    const first = this.root.firstElementChild;
+    if (first) this.reveal(first);
+    this.onCount(this.count);
   }
 
-  requested(request) {
+  requested(request, { reveal = true } = {}) {
     const id = request.elicitation_id;
     if (this.cards.has(id)) return;
     const params = request.params ?? {};
@@ -57,13 +70,72 @@ export class ApprovalCards {
     );
     this.cards.set(id, card);
     this.root.append(card);
+    if (reveal) {
+      this.onCount(this.count);
+      // Only the first waiting question is brought into view: later ones queue below it.
+      if (this.count === 1) this.reveal(card);
+    }
   }
 
   resolved(event) {
     const card = this.cards.get(event.elicitation_id);
     if (!card) return;
+    const hadFocus = card.contains(document.activeElement);
     this.cards.delete(event.elicitation_id);
     card.remove();
+    this.onCount(this.count);
+    if (hadFocus) this.focusNext();
+  }
+
+  // Who answered is read from the approvals listing: the resolved event names who and what,
+  // but not the call; after a reload only the listing has it.
+  async loadVerdicts() {
+    let after = null;
+    for (;;) {
+      const query = `?status=resolved&limit=1000${after ? `&after=${encodeURIComponent(after)}` : ""}`;
+      const page = await api("GET", `${this.base}${query}`);
+      for (const row of page.data) this.verdict(row);
+      if (!page.has_more || !page.last_id) return;
+      after = page.last_id;
+    }
+  }
+
+  async fetchVerdict(id) {
+    this.verdict(await api("GET", `${this.base}/${encodeURIComponent(id)}`));
+  }
+
+  verdict(row) {
+    if (!row.resolved_by) return; // expired: the call's own status says "not approved"
+    let text;
+    if (row.status === "accepted") text = `approved by ${row.resolved_by}`;
+    else if (row.status === "declined") {
+      text = `declined by ${row.resolved_by}${row.reason ? `: ${row.reason}` : ""}`;
+    } else return;
+    this.onVerdict({ response_id: row.response_id, call_id: row.call_id, text });
+  }
+
+  // The composer is sticky at the foot of the page: a card (or a button reached with Tab)
+  // keeps that much room below it when scrolled to.
+  margin() {
+    return `${(this.composer?.offsetHeight ?? 0) + 16}px`;
+  }
+
+  reveal(card) {
+    card.style.scrollMarginBottom = this.margin();
+    for (const node of card.querySelectorAll("button, input")) {
+      node.style.scrollMarginBottom = this.margin();
+    }
+    const box = card.getBoundingClientRect();
+    const bottom = window.innerHeight - (this.composer?.offsetHeight ?? 0);
+    if (box.top < 0 || box.bottom > bottom) card.scrollIntoView({ block: "end" });
+  }
+
+  focusNext() {
+    const next = this.root.querySelector("li.approval button.approve");
+    const target = next ?? document.getElementById("message");
+    if (!target) return;
+    target.focus({ preventScroll: true });
+    target.scrollIntoView({ block: "center" });
   }
 
   async answer(id, action, reason, errorNode) {

@@ -22,7 +22,11 @@ const base = `/v1/sessions/${encodeURIComponent(sessionId)}`;
 
 const $ = (id) => document.getElementById(id);
 const transcript = new Transcript($("transcript"), { sessionId, onFork: fork });
-const approvals = new ApprovalCards(sessionId, $("approvals"));
+const approvals = new ApprovalCards(sessionId, $("approvals"), {
+  composer: $("composer"),
+  onCount: drawTitle,
+  onVerdict: (verdict) => transcript.verdict(verdict),
+});
 const workspace = new WorkspacePanel(sessionId);
 const changes = new ChangesPanel(sessionId);
 const share = new ShareDialog(sessionId);
@@ -59,6 +63,7 @@ async function loadSnapshot() {
     held = null;
     for (const event of pending) apply(event);
     changes.reload().catch(() => {});
+    approvals.loadVerdicts().catch(() => {});
     document.body.dataset.ready = "1";
     performance.mark("omnigent-session-ready");
   })();
@@ -69,9 +74,18 @@ async function loadSnapshot() {
   }
 }
 
+// The tab title leads with the number of questions waiting, "(1) title", so a question is
+// seen from another tab.
+function drawTitle() {
+  if (!session) return;
+  const waiting = approvals.count;
+  const title = `${session.title || "Untitled session"} · Omnigent`;
+  document.title = waiting ? `(${waiting}) ${title}` : title;
+}
+
 function drawHeader() {
   const level = session.permission_level;
-  document.title = `${session.title || "Untitled session"} · Omnigent`;
+  drawTitle();
   $("title").textContent = session.title || "Untitled session";
   $("agent").textContent = session.agent_name;
   $("edit-title").hidden = level < 2;
@@ -147,6 +161,7 @@ function apply(event) {
       break;
     case "response.elicitation_resolved":
       approvals.resolved(event);
+      approvals.fetchVerdict(event.elicitation_id).catch(() => {});
       break;
     case "session.changed_files.invalidated":
       changes.reload().catch(() => {});

@@ -16,6 +16,9 @@ export class Transcript {
     this.calls = new Map();
     this.streaming = new Map(); // item id -> { text, node, scheduled }
     this.done = new Set(); // item ids already final
+    // turn + call_id -> "approved by …": who answered a call's approval, drawn on its card.
+    // Kept across a reset: the answers are read once, an answer does not change.
+    this.verdicts = new Map();
   }
 
   reset() {
@@ -138,6 +141,10 @@ export class Transcript {
     const status = el("span", { class: "call-status", dataset: { status: shown.status }, text: shown.label });
     const output = el("pre", { class: "call-output", text: previous?.output ?? "" });
     const duration = el("span", { class: "call-duration" });
+    // Under the summary line (which does not wrap), so a long name or reason fits at 390 px.
+    const verdict = el("p", { class: "call-verdict muted", text: this.verdicts.get(key) ?? "" });
+    verdict.hidden = !verdict.textContent;
+    Object.assign(verdict.style, { margin: ".2rem 0 0", fontSize: ".85rem", overflowWrap: "anywhere" });
     const card = el(
       "li",
       { class: "entry tool", dataset: { id: item.id, callId: item.call_id } },
@@ -150,8 +157,9 @@ export class Transcript {
         el("h4", { text: "Output" }),
         output,
       ),
+      verdict,
     );
-    const entry = { card, startedAt, output: previous?.output ?? null, status, outputNode: output, duration };
+    const entry = { card, startedAt, output: previous?.output ?? null, status, outputNode: output, duration, verdict };
     this.calls.set(key, entry);
     if (previous?.finishedAt) this.finish(entry, previous.finishedAt);
     return card;
@@ -172,6 +180,17 @@ export class Transcript {
     entry.status.textContent = shown.label;
     entry.status.dataset.status = shown.status;
     this.finish(entry, item.created_at ?? Date.now() / 1000);
+  }
+
+  // Who answered a call's approval ("approved by alice", "declined by alice: not now"),
+  // beside the call, as the audit records it; the card may be drawn before or after.
+  verdict({ response_id, call_id, text }) {
+    const key = callKey({ response_id, call_id });
+    this.verdicts.set(key, text);
+    const entry = this.calls.get(key);
+    if (!entry?.verdict) return;
+    entry.verdict.textContent = text;
+    entry.verdict.hidden = false;
   }
 
   finish(entry, finishedAt) {
