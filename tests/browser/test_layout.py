@@ -132,3 +132,93 @@ def test_a_markdown_table_is_rendered_and_its_cells_are_text(
         page.reload()
         page.wait_for_selector("#transcript table")
     context.close()
+
+
+# Every visible piece of text on the page against the surface behind it: the worst
+# contrast ratios (WCAG 2 relative luminance), so a colour that is unreadable in one mode
+# fails the test wherever it is used.
+LOW_CONTRAST = """(minimum) => {
+  const rgba = (text) => (text.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => {
+    const c = [r, g, b].map((v) => {
+      const s = v / 255;
+      return s <= 0.03928 ? s / 12.92 : ((s + 0.055) / 1.055) ** 2.4;
+    });
+    return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2];
+  };
+  const backdrop = (node) => {
+    for (let n = node; n; n = n.parentElement) {
+      const bg = rgba(getComputedStyle(n).backgroundColor);
+      if (bg.length === 3 || (bg.length === 4 && bg[3] > 0.5)) return bg;
+    }
+    return rgba(getComputedStyle(document.documentElement).backgroundColor);
+  };
+  const low = [];
+  for (const node of document.querySelectorAll("body *")) {
+    const own = [...node.childNodes].some((c) => c.nodeType === 3 && c.textContent.trim());
+    const box = node.getBoundingClientRect();
+    if (!own || box.width < 2 || box.height < 2 || node.closest("[hidden], :disabled")) continue;
+    const fg = lum(rgba(getComputedStyle(node).color));
+    const bg = lum(backdrop(node));
+    const ratio = (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);
+    if (ratio < minimum) {
+      low.push(`${node.tagName}.${node.className} "${node.textContent.trim().slice(0, 30)}" ${ratio.toFixed(2)}`);
+    }
+  }
+  return low;
+}"""
+
+
+def colours(page: Any) -> tuple[str, str]:
+    return page.evaluate(
+        "() => { const s = getComputedStyle(document.body); return [s.backgroundColor, s.color]; }"
+    )
+
+
+def test_dark_mode_follows_the_system_setting_and_every_page_stays_readable(
+    browser: Any,
+    server: Server,
+    runner: Runner,
+    mock_llm: MockLLMServer,
+    make_bundle: Callable[..., bytes],
+) -> None:
+    session_id = a_session_with_a_table(server, runner, mock_llm, make_bundle)
+    seen: dict[str, dict[str, tuple[str, str]]] = {"light": {}, "dark": {}}
+    low: dict[str, list[str]] = {}
+    for scheme in ("dark", "light"):
+        anonymous = browser.new_context(color_scheme=scheme)
+        page = anonymous.new_page()
+        page.goto(f"{server.url}/signin")
+        page.wait_for_selector("#id_username")
+        seen[scheme]["signin"] = colours(page)
+        low[f"{scheme} signin"] = page.evaluate(LOW_CONTRAST, 4.5)
+        anonymous.close()
+        context = browser.new_context(
+            color_scheme=scheme,
+            viewport={"width": 1400, "height": 900},
+            extra_http_headers={"X-Forwarded-Email": ALICE},
+        )
+        page = context.new_page()
+        page.goto(f"{server.url}/s/{session_id}")
+        page.wait_for_selector("body[data-ready='1']")
+        if scheme == "dark":
+            run_turn(page)
+        page.wait_for_selector("#transcript table")
+        page.click("#changes .change")
+        page.wait_for_selector("#panel-diff:not([hidden])")
+        pages = [
+            ("session", None, ""),
+            ("sessions", "/", "li.session-row"),
+            ("new", "/new", "#runner option[value^=runner_token_]"),
+            ("runners", "/runners", "#runner-rows tr"),
+        ]
+        for name, path, ready in pages:
+            if path:
+                page.goto(f"{server.url}{path}")
+                page.wait_for_selector(ready, state="attached")
+            seen[scheme][name] = colours(page)
+            low[f"{scheme} {name}"] = page.evaluate(LOW_CONTRAST, 4.5)
+        context.close()
+    for name, (background, text) in seen["dark"].items():
+        assert (background, text) != seen["light"][name], name
+    assert low == dict.fromkeys(low, []), low
