@@ -2,7 +2,7 @@
 // createElement and puts every piece of text in with textContent, so nothing the model
 // writes is ever parsed as HTML. Links keep only http(s) and mailto targets.
 // Covered: paragraphs, headings, fenced and indented code, lists, block quotes, rules,
-// inline code, bold, italic, links.
+// tables (GitHub style, cells are inline text), inline code, bold, italic, links.
 
 const SAFE_LINK = /^(https?:|mailto:)/i;
 
@@ -52,6 +52,10 @@ export function renderMarkdown(source) {
       fragment.append(quote);
       continue;
     }
+    if (isTableStart(lines, index)) {
+      index = appendTable(fragment, lines, index);
+      continue;
+    }
     const bullet = /^\s*([-*+]|\d+[.)])\s+/;
     if (bullet.test(line)) {
       const ordered = /^\s*\d/.test(line);
@@ -87,7 +91,8 @@ export function renderMarkdown(source) {
     while (
       index < lines.length &&
       lines[index].trim() &&
-      !/^\s*(```|~~~|#{1,6}\s|>|([-*+]|\d+[.)])\s)/.test(lines[index])
+      !/^\s*(```|~~~|#{1,6}\s|>|([-*+]|\d+[.)])\s)/.test(lines[index]) &&
+      !(paragraph.length && isTableStart(lines, index))
     ) {
       paragraph.push(lines[index]);
       index += 1;
@@ -101,6 +106,79 @@ export function renderMarkdown(source) {
     fragment.append(node);
   }
   return fragment;
+}
+
+// A table: a header row with a pipe, then a delimiter row (`| --- | :-: |`) with as many
+// cells; body rows run until a blank line or a line without a pipe.
+const DELIMITER = /^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$/;
+
+function isTableStart(lines, index) {
+  const header = lines[index];
+  const delimiter = lines[index + 1];
+  if (!header.includes("|") || delimiter === undefined || !DELIMITER.test(delimiter)) {
+    return false;
+  }
+  if (!delimiter.includes("|") && splitRow(header).length < 2) return false;
+  return splitRow(header).length === splitRow(delimiter).length;
+}
+
+// Cells of one row: split on pipes that are not escaped (`\|` is a literal pipe).
+function splitRow(line) {
+  let text = line.trim();
+  if (text.startsWith("|")) text = text.slice(1);
+  if (text.endsWith("|") && !text.endsWith("\\|")) text = text.slice(0, -1);
+  const cells = [];
+  let cell = "";
+  for (let i = 0; i < text.length; i += 1) {
+    if (text[i] === "\\" && text[i + 1] === "|") {
+      cell += "|";
+      i += 1;
+    } else if (text[i] === "|") {
+      cells.push(cell.trim());
+      cell = "";
+    } else {
+      cell += text[i];
+    }
+  }
+  cells.push(cell.trim());
+  return cells;
+}
+
+function appendTable(fragment, lines, start) {
+  const header = splitRow(lines[start]);
+  const aligns = splitRow(lines[start + 1]).map((cell) => {
+    if (cell.startsWith(":") && cell.endsWith(":")) return "center";
+    if (cell.endsWith(":")) return "right";
+    return cell.startsWith(":") ? "left" : "";
+  });
+  const table = document.createElement("table");
+  const row = (cells, tag) => {
+    const tr = document.createElement("tr");
+    header.forEach((_, column) => {
+      const cell = document.createElement(tag);
+      if (tag === "th") cell.scope = "col";
+      if (aligns[column]) cell.style.textAlign = aligns[column];
+      appendInline(cell, cells[column] ?? "");
+      tr.append(cell);
+    });
+    return tr;
+  };
+  const head = document.createElement("thead");
+  head.append(row(header, "th"));
+  const body = document.createElement("tbody");
+  let index = start + 2;
+  while (index < lines.length && lines[index].trim() && lines[index].includes("|")) {
+    body.append(row(splitRow(lines[index]), "td"));
+    index += 1;
+  }
+  table.append(head, body);
+  // Wide tables scroll inside their own box, never the page.
+  const wrap = document.createElement("div");
+  wrap.className = "table-wrap";
+  wrap.tabIndex = 0;
+  wrap.append(table);
+  fragment.append(wrap);
+  return index;
 }
 
 function codeBlock(text, language) {
