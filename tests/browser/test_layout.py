@@ -79,6 +79,10 @@ def test_every_page_fits_390_px_without_horizontal_scrolling(
     page.click("#changes .change")
     page.wait_for_selector("#panel-diff:not([hidden])")
     widths["session"] = overflow(page)
+    page.click("#share")
+    page.wait_for_selector("#share-dialog[open]")
+    widths["session-share"] = overflow(page)
+    page.keyboard.press("Escape")
     # Unbound, the page offers the runner select (its option is the long runner id).
     unbound = create_session(server, make_bundle("unbound"), title="x" * 200)
     page.goto(f"{server.url}/s/{unbound}")
@@ -206,6 +210,10 @@ def test_dark_mode_follows_the_system_setting_and_every_page_stays_readable(
         page.wait_for_selector("#transcript table")
         page.click("#changes .change")
         page.wait_for_selector("#panel-diff:not([hidden])")
+        page.click("#share")
+        page.wait_for_selector("#share-dialog[open]")
+        low[f"{scheme} share"] = page.evaluate(LOW_CONTRAST, 4.5)
+        page.keyboard.press("Escape")
         pages = [
             ("session", None, ""),
             ("sessions", "/", "li.session-row"),
