@@ -144,7 +144,6 @@ export class Transcript {
     // Under the summary line (which does not wrap), so a long name or reason fits at 390 px.
     const verdict = el("p", { class: "call-verdict muted", text: this.verdicts.get(key) ?? "" });
     verdict.hidden = !verdict.textContent;
-    Object.assign(verdict.style, { margin: ".2rem 0 0", fontSize: ".85rem", overflowWrap: "anywhere" });
     const card = el(
       "li",
       { class: "entry tool", dataset: { id: item.id, callId: item.call_id } },
