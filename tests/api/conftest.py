@@ -12,7 +12,9 @@ from django.conf import settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from sessions.models import Agent, Item, Permission, Session
+from omnigent_runner import protocol
+from sessions import approvals
+from sessions.models import Agent, Approval, Item, Permission, Session, Turn
 
 ALICE = "alice@example.com"
 BOB = "bob@example.com"
@@ -84,3 +86,18 @@ def grant(client_for: Callable[[str | None], APIClient]) -> Callable[[str, str, 
         assert response.status_code == 200, response.content
 
     return give
+
+
+def ask(session_id: str, *, turn: Turn, call_id: str = "call_1") -> Approval:
+    """A question as the runner's ``approval.requested`` leaves it (the service it calls)."""
+    event = protocol.ApprovalRequested(
+        response_id=turn.id,
+        call_id=call_id,
+        tool="sys_os_shell",
+        arguments={"command": "make"},
+        policy_name="ask-shell",
+        reason="shell needs a yes",
+        ask_timeout=600.0,
+    )
+    session = Session.objects.get(pk=session_id)
+    return approvals.record_requested(session=session, turn=turn, event=event).approval

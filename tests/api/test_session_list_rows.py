@@ -18,15 +18,14 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from omnigent_runner import protocol
 from omnigent_site.users import get_or_create_user
 from runners import runner_events
 from runners.models import Runner
-from sessions import approvals, selectors
+from sessions import selectors
 from sessions.models import Approval, Session
 from sessions.shapes import session_row
 
-from .conftest import ALICE, BOB, CAROL, DAVE
+from .conftest import ALICE, BOB, CAROL, DAVE, ask
 
 pytestmark = pytest.mark.django_db
 
@@ -48,22 +47,12 @@ def _runner(runner_id: str) -> Runner:
     )
 
 
-def _ask(session_id: str, call_id: str) -> protocol.ApprovalRequested:
+def _ask(session_id: str, call_id: str) -> Approval:
+    """A message starts a turn; the runner asks about one of its calls."""
     _item, turn = runner_events.accept_message(
         session_id=session_id, created_by=ALICE, data=USER_MESSAGE, tools=[]
     )
-    event = protocol.ApprovalRequested(
-        response_id=turn.id,
-        call_id=call_id,
-        tool="sys_os_shell",
-        arguments={"command": "make"},
-        policy_name="ask-shell",
-        reason="needs a yes",
-        ask_timeout=600.0,
-    )
-    session = Session.objects.get(pk=session_id)
-    approvals.record_requested(session=session, turn=turn, event=event)
-    return event
+    return ask(session_id, turn=turn, call_id=call_id)
 
 
 @pytest.fixture

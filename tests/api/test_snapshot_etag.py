@@ -33,7 +33,7 @@ from sessions.models import Agent, Approval, Item, Session, Turn
 from sessions.shapes import SessionOut, SessionRowOut
 from sessions.snapshot_cache import BodyCache
 
-from .conftest import ALICE, BOB, CAROL, DAVE
+from .conftest import ALICE, BOB, CAROL, DAVE, ask
 
 pytestmark = pytest.mark.django_db
 
@@ -85,21 +85,6 @@ def online_runner(runner_id: str = "runner_token_etag") -> Runner:
         last_seen_at=now,
         generation=1,
     )
-
-
-def ask(session_id: str, *, turn: Turn, call_id: str = "call_1") -> Approval:
-    """A question as the runner's ``approval.requested`` leaves it (the service it calls)."""
-    event = protocol.ApprovalRequested(
-        response_id=turn.id,
-        call_id=call_id,
-        tool="sys_os_shell",
-        arguments={"command": "make"},
-        policy_name="ask-shell",
-        reason="shell needs a yes",
-        ask_timeout=600.0,
-    )
-    session = Session.objects.get(pk=session_id)
-    return approvals.record_requested(session=session, turn=turn, event=event).approval
 
 
 def message(session_id: str) -> Turn:
