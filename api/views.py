@@ -44,6 +44,7 @@ from sessions.shapes import (
     MeOut,
     ResponseOut,
     ResponsePage,
+    SessionAgentOut,
     SessionCreatedOut,
     SessionOut,
     SessionPage,
@@ -54,6 +55,7 @@ from sessions.shapes import (
     grant_set_body,
     me_body,
     response_body,
+    session_agent_body,
     session_body,
     session_created_body,
     session_row,
@@ -259,9 +261,9 @@ class SessionItemsView(SessionScopedMixin, APIView):
 class SessionAgentView(SessionScopedMixin, APIView):
     permission_classes = [IsAuthenticated, SessionAccess]
 
-    @extend_schema(responses={200: AgentOut, **error_responses(401, 404)})
+    @extend_schema(responses={200: SessionAgentOut, **error_responses(401, 404)})
     def get(self, request: Request, session_id: str) -> Response:
-        return Response(agent_body(self.session.agent))
+        return Response(session_agent_body(self.session))
 
 
 class ResponseListView(SessionScopedMixin, APIView):

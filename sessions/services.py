@@ -35,7 +35,9 @@ def parse_uploaded_bundle(*, data: bytes) -> Bundle:
     try:
         return parse_bundle(data, max_yaml_bytes=settings.OMNIGENT_MAX_AGENT_YAML_BYTES)
     except BundleError as exc:
-        raise InvalidInput(str(exc), field="bundle") from exc
+        # A spec field at fault (an MCP declaration's ``tools.git.args``) is named too.
+        fields = {"bundle": str(exc), exc.field: str(exc)} if exc.field else None
+        raise InvalidInput(str(exc), field="bundle", fields=fields) from exc
 
 
 def _agent_from_bundle(*, bundle: Bundle, kind: str, user: AuthUser | None) -> Agent:
