@@ -151,6 +151,8 @@ class Verdict(Struct, frozen=True, kw_only=True):
     # Who answered (the user id the runner names in a decline's output); unset for an
     # expiry or an older server.
     resolved_by: str | None = None
+    # An accepted MCP server question's answer (mcp.md), checked against its schema.
+    content: JsonObject | None = None
 
 
 # --- frames ----------------------------------------------------------------------------
@@ -348,6 +350,9 @@ class ApprovalRequested(Event, tag="approval.requested", kw_only=True, frozen=Tr
     policy_name: str
     reason: str
     ask_timeout: float
+    # An MCP server's own question during the call (mcp.md): ``{"message",
+    # "requestedSchema"}``; ``policy_name`` is then empty (no rule asked).
+    elicitation: JsonObject | None = None
 
 
 class PolicyDenied(Event, tag="policy.denied", kw_only=True, frozen=True):
@@ -368,6 +373,13 @@ class WorkspaceChanges(
     entries: list[JsonObject]
 
 
+class McpStatus(Event, tag="session.mcp_status", kw_only=True, frozen=True):
+    """Every MCP server of the session and its state (mcp.md): ``{name: {status,
+    transport, tools, error?}}``, sent whenever one changes."""
+
+    servers: dict[str, JsonObject]
+
+
 AnyEvent: TypeAlias = (
     SessionStatus
     | ResponseCreated
@@ -379,6 +391,7 @@ AnyEvent: TypeAlias = (
     | ApprovalRequested
     | PolicyDenied
     | WorkspaceChanges
+    | McpStatus
 )
 TurnEnd: TypeAlias = ResponseCompleted | ResponseFailed | ResponseCancelled
 

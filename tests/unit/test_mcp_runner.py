@@ -1,0 +1,324 @@
+"""The runner's MCP servers (mcp.md) through the agent executor: real MCP servers
+(testing/mcp_server.py, written with the SDK's MCPServer, and the third-party
+mcp-server-time), the in-process mock LLM scripted to call ``<server>__<tool>``.
+No network: stdio servers, and a Streamable HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from omnigent_runner import protocol
+from omnigent_runner.bundles import build_bundle, parse_bundle
+from omnigent_runner.mcp_servers import cut_output
+from tests.unit import test_agent_executor as base
+from tests.unit.test_agent_executor import (
+    SID,
+    RecordingSink,
+    agent,
+    agent_yaml,
+    call,
+    done_items,
+    user,
+)
+
+# The agent loop's fixtures: the in-process mock LLM, a workspace, executors.
+mock = base.mock
+workspace = base.workspace
+make_executor = base.make_executor
+
+pytestmark = pytest.mark.timeout(120)
+
+REPO = Path(__file__).resolve().parents[2]
+SERVER = str(REPO / "testing" / "mcp_server.py")
+ENV = {"PATH": os.environ.get("PATH", ""), "OPENAI_API_KEY": "sk-runner-secret"}
+
+
+def server_yaml(name: str, *args: str, extra: str = "") -> str:
+    quoted = ", ".join(json.dumps(arg) for arg in (SERVER, *args))
+    return (
+        f"  {name}:\n    type: mcp\n    command: {sys.executable}\n    args: [{quoted}]\n"
+        f"    env: {{PYTHONPATH: {json.dumps(str(REPO))}}}\n{extra}"
+    )
+
+
+def mcp_agent(base_url: str, tools: str, guardrails: str = "") -> str:
+    return agent_yaml(base_url, os_env=".") + "tools:\n" + tools + guardrails
+
+
+def our_children() -> list[str]:
+    """Command lines of live processes whose parent is this test process (servers)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == os.getpid() and fields[0] != "Z" and "mcp" in cmdline:
+            found.append(cmdline)
+    return found
+
+
+def outputs(sink: RecordingSink, response_id: str) -> dict[str, str]:
+    return {
+        item["call_id"]: item["output"]
+        for item in done_items(sink, response_id)
+        if item["type"] == "function_call_output"
+    }
+
+
+async def status_of(sink: RecordingSink, name: str, *statuses: str) -> dict[str, Any]:
+    event = await sink.wait_for(
+        lambda e: (
+            e["type"] == "session.mcp_status"
+            and e["servers"].get(name, {}).get("status") in statuses
+        ),
+        timeout=60,
+    )
+    return event["servers"][name]
+
+
+async def run_turn(executor, sink, response_id: str, text: str = "go") -> dict[str, Any]:
+    await executor.start_turn(session_id=SID, response_id=response_id, input=[user(text)], tools=[])
+    return await sink.wait_for(
+        lambda e: (
+            e["type"] == "session.status"
+            and e.get("response_id") == response_id
+            and e["status"] in ("idle", "failed")
+        ),
+        timeout=90,
+    )
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+async def test_tools_of_a_test_server_and_a_third_party_server(mock, make_executor, workspace):
+    tools = server_yaml("t") + (
+        f"  time:\n    type: mcp\n    command: {sys.executable}\n"
+        '    args: ["-m", "mcp_server_time", "--local-timezone", "UTC"]\n'
+        "    tools: [get_current_time]\n"
+    )
+    mock.configure(
+        [
+            {
+                "tool_calls": [
+                    call("t__echo", {"text": "hello mcp"}, "c1"),
+                    call("t__image", {}, "c2"),
+                    call("t__fail", {"message": "boom"}, "c3"),
+                    call("time__get_current_time", {"timezone": "UTC"}, "c4"),
+                    call("t__where", {"names": ["OPENAI_API_KEY", "PYTHONPATH"]}, "c5"),
+                ]
+            },
+            {"text": "done"},
+        ]
+    )
+    executor, sink = make_executor(env=ENV)
+    await executor.open_session(
+        session_id=SID, agent=agent(mcp_agent(mock.base_url, tools)), history=[]
+    )
+    end = await run_turn(executor, sink, "resp_1")
+    assert end["status"] == "idle"
+
+    first = mock.requests[0]["body"]
+    names = [tool["name"] for tool in first["tools"]]
+    assert names[:4] == ["sys_os_read", "sys_os_write", "sys_os_edit", "sys_os_shell"]
+    assert names[4:] == [
+        "t__echo", "t__image", "t__fail", "t__slow", "t__crash", "t__confirm", "t__where",
+        "time__get_current_time",
+    ]  # fmt: skip
+    echo = first["tools"][4]
+    assert echo["description"] == "Return the text unchanged."
+    assert echo["parameters"]["properties"]["text"]["type"] == "string"
+
+    out = outputs(sink, "resp_1")
+    assert out["c1"] == "hello mcp"
+    assert out["c2"] == "a pixel\n[image: image/png, 70 bytes]"
+    assert out["c3"].startswith("Error: ") and "boom" in out["c3"]
+    assert json.loads(out["c4"])["timezone"] == "UTC"
+    # The workspace is the working directory; nothing of the runner's environment
+    # reaches the server but the safe variables and its declared env.
+    assert f"cwd={workspace.resolve()}" in out["c5"]
+    assert "'OPENAI_API_KEY': None" in out["c5"] and str(REPO) in out["c5"]
+    second = mock.requests[1]["body"]
+    sent = {
+        i["call_id"]: i["output"]
+        for i in second["input"]
+        if i.get("type") == "function_call_output"
+    }
+    assert sent == out
+
+    ready = [e for _, e in sink.events if e["type"] == "session.mcp_status"][-1]["servers"]
+    assert ready["t"]["status"] == "ready" and ready["time"]["tools"] == ["time__get_current_time"]
+    assert ready["t"]["transport"] == "stdio"
+    assert len(our_children()) == 2
+
+    await executor.close_session(session_id=SID)
+    assert our_children() == []
+    final = [e for _, e in sink.events if e["type"] == "session.mcp_status"][-1]["servers"]
+    assert {name: state["status"] for name, state in final.items()} == {
+        "t": "stopped",
+        "time": "stopped",
+    }
+
+
+async def test_failures_leave_the_turn_going(mock, make_executor, workspace):
+    """A command that does not exist, a server that hangs at start, a crash mid-call
+    and a call past its timeout: each is reported, and the turn goes on."""
+    tools = (
+        "  nope: {type: mcp, command: no-such-mcp-command-xyz}\n"
+        + server_yaml("hang", "--hang")
+        + server_yaml("t", extra="    timeout: 1\n")
+    )
+    mock.configure(
+        [
+            {"tool_calls": [call("t__slow", {"seconds": 30}, "c1")]},
+            {"tool_calls": [call("t__crash", {}, "c2")]},
+            {"tool_calls": [call("t__echo", {"text": "after"}, "c3")]},
+            {"text": "first turn over"},
+        ]
+    )
+    executor, sink = make_executor(env={**ENV, "OMNIGENT_RUNNER_MCP_START_TIMEOUT_S": "10"})
+    await executor.open_session(
+        session_id=SID, agent=agent(mcp_agent(mock.base_url, tools)), history=[]
+    )
+    nope = await status_of(sink, "nope", "failed")
+    assert "not found" in nope["error"]
+    hang = await status_of(sink, "hang", "failed")
+    assert "did not start within 10 s" in hang["error"]
+
+    end = await run_turn(executor, sink, "resp_1")
+    assert end["status"] == "idle"
+    out = outputs(sink, "resp_1")
+    assert json.loads(out["c1"]) == {"error": "MCP call timed out after 1 s"}
+    assert json.loads(out["c2"])["error"].startswith("MCP server t exited")
+    assert "not running" in json.loads(out["c3"])["error"]
+    # The crashed server's tools are gone from the next model call.
+    names = [[t["name"] for t in r["body"]["tools"]] for r in mock.requests]
+    assert "t__echo" in names[1] and "t__echo" not in names[2]
+
+    # The next turn restarts it (once); the model has its tools again.
+    mock.configure([{"tool_calls": [call("t__echo", {"text": "back"}, "c4")]}, {"text": "ok"}])
+    end = await run_turn(executor, sink, "resp_2")
+    assert end["status"] == "idle"
+    assert outputs(sink, "resp_2")["c4"] == "back"
+    await executor.close_session(session_id=SID)
+
+
+async def test_policies_and_a_servers_question_go_through_the_gate(mock, make_executor):
+    tools = server_yaml("t")
+    guardrails = (
+        "guardrails:\n  ask_on_mcp_tools: true\n  policies:\n"
+        "    - {name: no-fail, tools: ['*__fail'], action: deny, reason: never}\n"
+    )
+    mock.configure(
+        [
+            {"tool_calls": [call("t__fail", {}, "c1")]},
+            {"tool_calls": [call("t__confirm", {"question": "Ship it?"}, "c2")]},
+            {"text": "done"},
+        ]
+    )
+    executor, sink = make_executor(env=ENV)
+    yaml_text = mcp_agent(mock.base_url, tools)
+    yaml_text = yaml_text.replace("tools:\n", guardrails + "tools:\n", 1)
+    await executor.open_session(session_id=SID, agent=agent(yaml_text), history=[])
+    # The bundle's rules as the server sends them, the deny rule first.
+    spec = parse_bundle(build_bundle({"agent.yaml": yaml_text})).spec
+    rules = list(spec.guardrails.rules)
+    await executor.update_policies(session_id=SID, rules=[rules[1], rules[0]])
+    await executor.start_turn(session_id=SID, response_id="resp_1", input=[user("go")], tools=[])
+
+    denied = await sink.wait_for(lambda e: e["type"] == "policy.denied")
+    assert (denied["tool"], denied["policy_name"]) == ("t__fail", "no-fail")
+    asked = await sink.wait_for(lambda e: e["type"] == "approval.requested")
+    assert (asked["tool"], asked["policy_name"]) == ("t__confirm", "ask_on_mcp_tools")
+    await executor.approval_verdict(
+        session_id=SID,
+        verdict=protocol.Verdict(
+            elicitation_id="elicit_1", response_id="resp_1", call_id="c2", action="accept"
+        ),
+    )
+    question = await sink.wait_for(
+        lambda e: e["type"] == "approval.requested" and e.get("elicitation") is not None
+    )
+    assert question["call_id"] == "c2#q1" and question["policy_name"] == ""
+    assert question["elicitation"]["message"] == "Ship it?"
+    assert question["elicitation"]["requestedSchema"]["required"] == ["confirm"]
+    await executor.approval_verdict(
+        session_id=SID,
+        verdict=protocol.Verdict(
+            elicitation_id="elicit_2",
+            response_id="resp_1",
+            call_id="c2#q1",
+            action="accept",
+            content={"confirm": True, "note": "go"},
+        ),
+    )
+    end = await sink.wait_end("resp_1")
+    assert end["status"] == "idle"
+    out = outputs(sink, "resp_1")
+    assert json.loads(out["c1"]) == {"error": "denied by policy no-fail: never"}
+    assert out["c2"] == "accepted: confirm=True note=go"
+    await executor.close_session(session_id=SID)
+
+
+def test_output_is_cut_past_256_kib() -> None:
+    text = "é" * (200 * 1024)
+    cut = cut_output(text)
+    assert len(cut.split("\n[output cut")[0].encode()) <= 256 * 1024
+    assert cut.endswith(f"of {len(text.encode())}]")
+    assert cut_output("short") == "short"
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    process = subprocess.Popen(
+        [sys.executable, SERVER, "--http", "--port", "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("MCP_URL "), line
+        yield line.split()[1]
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+async def test_streamable_http_server_with_an_expanded_header(mock, make_executor, http_server):
+    tools = (
+        f"  web:\n    type: mcp\n    url: {http_server}\n"
+        '    headers: {X-Token: "${MCP_TOKEN}"}\n'
+        f"  other:\n    type: mcp\n    url: {http_server}\n"
+        '    headers: {X-Token: "${OPENAI_API_KEY}"}\n'
+    )
+    mock.configure(
+        [{"tool_calls": [call("web__echo", {"text": "over http"}, "c1")]}, {"text": "ok"}]
+    )
+    env = {**ENV, "MCP_TOKEN": "t0k", "OMNIGENT_RUNNER_MCP_ENV": "MCP_TOKEN"}
+    executor, sink = make_executor(env=env)
+    await executor.open_session(
+        session_id=SID, agent=agent(mcp_agent(mock.base_url, tools)), history=[]
+    )
+    other = await status_of(sink, "other", "failed")
+    assert "${OPENAI_API_KEY} is not allowed" in other["error"]
+    assert "sk-runner-secret" not in json.dumps(sink.events)
+    end = await run_turn(executor, sink, "resp_1")
+    assert end["status"] == "idle"
+    assert outputs(sink, "resp_1")["c1"] == "over http"
+    state = await status_of(sink, "web", "ready")
+    assert state["transport"] == "http"
+    await asyncio.wait_for(executor.close_session(session_id=SID), 30)
