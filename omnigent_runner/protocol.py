@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar, get_args
 
 import msgspec
-from msgspec import Meta, Struct, field
+from msgspec import UNSET, Meta, Struct, UnsetType, field
 
 from omnigent_runner import PROTOCOL_VERSION
 from omnigent_runner.json_text import (
@@ -151,8 +151,9 @@ class Verdict(Struct, frozen=True, kw_only=True):
     # Who answered (the user id the runner names in a decline's output); unset for an
     # expiry or an older server.
     resolved_by: str | None = None
-    # An accepted MCP server question's answer (mcp.md), checked against its schema.
-    content: JsonObject | None = None
+    # An accepted MCP server question's answer (mcp.md), checked against its schema;
+    # left out of the frame otherwise.
+    content: JsonObject | UnsetType = UNSET
 
 
 # --- frames ----------------------------------------------------------------------------
@@ -260,6 +261,8 @@ class ApprovalVerdict(
     action: Literal["accept", "decline", "cancel"]
     reason: str | None = None
     resolved_by: str | None = None
+    # An accepted MCP server question's answer (mcp.md).
+    content: JsonObject | None = None
 
     def verdict(self) -> Verdict:
         """The verdict this frame carries, in the form ``session.open`` sends it."""
@@ -270,6 +273,7 @@ class ApprovalVerdict(
             action=self.action,
             reason=self.reason,
             resolved_by=self.resolved_by,
+            content=UNSET if self.content is None else self.content,
         )
 
 
