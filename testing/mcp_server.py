@@ -6,7 +6,8 @@ Its tools cover what mcp.md asks the runner to handle: text (``echo``), an image
 (``image``), an error result (``fail``), a slow call (``slow``), a server that dies
 mid-call (``crash``), and a question to the person (``confirm``: ``elicitation/create``
 on older protocol versions, an ``input_required`` result on the current one).
-``--hang`` never answers ``initialize`` (a server that hangs at start).
+``--hang`` never answers ``initialize`` (a server that hangs at start); ``--linger``
+stays alive after its stdin closes (so only a parent-death signal stops it).
 
 Part of the project's test doubles: production code never imports it.
 """
@@ -19,6 +20,7 @@ import base64
 import os
 import socket
 import sys
+import time
 from typing import Annotated
 
 from mcp.server.mcpserver import (
@@ -116,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--name", default="testmcp")
     parser.add_argument("--hang", action="store_true", help="never answer initialize")
+    parser.add_argument("--linger", action="store_true", help="stay alive after stdin closes")
     args = parser.parse_args(argv)
     if args.hang:
         asyncio.run(_hang())
@@ -125,6 +128,8 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_serve_http(server, args.port))
     else:
         server.run("stdio")
+        if args.linger:
+            time.sleep(3600)
 
 
 if __name__ == "__main__":
