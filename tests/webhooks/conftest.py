@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 
+# The API tests' session fixtures, for events about sessions.
+from tests.api.conftest import create_session, grant  # noqa: F401
+
 # Host names the tests resolve, and what to.
 FAKE_DNS = {
     "hooks.example.com": ["93.184.215.14"],
