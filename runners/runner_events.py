@@ -30,7 +30,7 @@ from omnigent_site.rawsql import (
     update_row,
 )
 from omnigent_site.timeutil import unix
-from sessions import approvals, blobs, policies, updates
+from sessions import approvals, blobs, policies, updates, webhook_events
 from sessions import files as session_files
 from sessions.eventlog import (
     WriteUnit,
@@ -179,6 +179,7 @@ def _finish_turn(
     response.error = error
     response.completed_at = timezone.now()
     update_row(response, ["status", "error", "completed_at"])
+    webhook_events.turn_ended(response)
     # A question about a call of a finished turn can no longer be acted on.
     approvals.cancel_pending(
         session_id=response.session_id, turn_ids=[response.id], reason="the turn ended", unit=unit

@@ -33,6 +33,7 @@ from sessions import approvals, updates
 from sessions.blobs import BundleMissing
 from sessions.eventlog import WriteUnit, publishing_together
 from sessions.models import Session, Turn
+from webhook_outbox.events import enqueue_webhook_event
 
 from . import runner_events
 from .models import Runner
@@ -46,6 +47,14 @@ log = logging.getLogger(__name__)
 
 # Refresh ``last_seen_at`` at most this often per tunnel: it bounds ``online``.
 SEEN_WRITE_INTERVAL_S = 5.0
+
+
+# --- webhook events (automation.md): written with the row change they report ------
+
+
+def _runner_event(kind: str, *, runner_id: str, owner_id: int) -> None:
+    """``runner.online`` / ``runner.offline`` for the runner owner's webhooks."""
+    enqueue_webhook_event(type=kind, data={"runner_id": runner_id}, owner_id=owner_id)
 
 
 # --- registration ---------------------------------------------------------------
@@ -62,7 +71,10 @@ def revoke_runner(*, runner: Runner) -> None:
     """The token stops connecting and a live tunnel is closed."""
     channel = runner.channel_name
     runner.revoked_at = timezone.now()
-    runner.save(update_fields=["revoked_at"])
+    with transaction.atomic():
+        runner.save(update_fields=["revoked_at"])
+        if channel:
+            _runner_event("runner.offline", runner_id=runner.id, owner_id=runner.owner_id)
     if channel:
         async_to_sync(notify)(channel_name=channel, message=TunnelRevoked())
 
@@ -154,6 +166,8 @@ def mark_connected(
         )
         runner.refresh_from_db(fields=["generation"])
         updates.announce_runner_sessions(runner_id=runner_id)
+        if not replaced:
+            _runner_event("runner.online", runner_id=runner_id, owner_id=runner.owner_id)
     return Connection(
         generation=runner.generation, replaced_channel=replaced if replaced != channel_name else ""
     )
@@ -171,6 +185,8 @@ def mark_disconnected(*, runner_id: str, generation: int) -> bool:
         )
         if updated:
             updates.announce_runner_sessions(runner_id=runner_id)
+            owner_id = Runner.objects.filter(pk=runner_id).values_list("owner_id", flat=True)[0]
+            _runner_event("runner.offline", runner_id=runner_id, owner_id=owner_id)
     return bool(updated)
 
 
@@ -189,14 +205,20 @@ def release_tunnels(*, process_id: str) -> list[str]:
     died); returns the runner ids. Their busy sessions then wait out the reconnect
     grace like after any drop (``fail_stale_runners``)."""
     held = Runner.objects.filter(tunnel_process=process_id).exclude(channel_name="")
-    runner_ids = list(held.values_list("id", flat=True))
+    owners = dict(held.values_list("id", "owner_id"))
+    runner_ids = list(owners)
     if not runner_ids:
         return []
     with transaction.atomic():
         # A runner that reconnected meanwhile names another process: left alone.
-        held.filter(id__in=runner_ids).update(channel_name="", disconnected_at=timezone.now())
+        released = list(
+            held.filter(id__in=runner_ids).select_for_update().values_list("id", flat=True)
+        )
+        held.filter(id__in=released).update(channel_name="", disconnected_at=timezone.now())
         for runner_id in runner_ids:
             updates.announce_runner_sessions(runner_id=runner_id)
+        for runner_id in released:
+            _runner_event("runner.offline", runner_id=runner_id, owner_id=owners[runner_id])
     return runner_ids
 
 
@@ -215,6 +237,8 @@ def restore_tunnels(*, process_id: str, held: Sequence[tuple[str, str, int]]) ->
             )
             if restored:
                 updates.announce_runner_sessions(runner_id=runner_id)
+                owner_id = Runner.objects.filter(pk=runner_id).values_list("owner_id", flat=True)[0]
+                _runner_event("runner.online", runner_id=runner_id, owner_id=owner_id)
 
 
 def fail_sessions_after_grace(*, runner_id: str, generation: int) -> list[str]:

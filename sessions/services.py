@@ -15,7 +15,7 @@ from omnigent_site.ids import new_item_id
 from omnigent_site.json_input import UNSTORABLE_TEXT, has_unstorable_text
 from omnigent_site.users import get_or_create_user
 
-from . import blobs, files, updates
+from . import blobs, files, updates, webhook_events
 from .eventlog import publish_session_end
 from .models import Agent, Item, Permission, Session
 
@@ -183,6 +183,7 @@ def create_session(
             ]
         )
         updates.announce_session(session_id=session.id, kind=updates.ADDED)
+        webhook_events.session_created(session)
     return session
 
 
@@ -238,6 +239,7 @@ def delete_session(*, session: Session) -> None:
         watchers = updates.grantees(session_id=session_id)
         session.delete()
         updates.announce_removed(session_id=session_id, user_pks=watchers)
+        webhook_events.session_deleted(session_id=session_id, readers=watchers)
         if agent.kind == Agent.Kind.SESSION and not agent.sessions.exists():
             agent.delete()
         elif agent.deleted_at is not None and not agent.sessions.exists():
