@@ -378,7 +378,9 @@ class PermissionDetailView(SessionScopedMixin, APIView):
         }
     )
     def delete(self, request: Request, session_id: str, user_id: str) -> Response:
-        services.revoke_permission(session=self.session, user_id=user_id)
+        services.revoke_permission(
+            session=self.session, user_id=user_id, actor=request_user(request)
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -103,6 +103,7 @@ INSTALLED_APPS = [
     "workspaces.apps.WorkspacesConfig",
     "webhook_outbox.apps.WebhookOutboxConfig",
     "webhooks.apps.WebhooksConfig",
+    "audit.apps.AuditConfig",
     "web.apps.WebConfig",
 ]
 
@@ -329,6 +330,13 @@ OMNIGENT_REQUEST_THREADS_RUNNING = max(
 # Session stream (http-api.md, Stream).
 OMNIGENT_STREAM_HEARTBEAT_S = env_float("OMNIGENT_STREAM_HEARTBEAT_S", 15.0)
 OMNIGENT_EVENT_RETENTION = env_int("OMNIGENT_EVENT_RETENTION", 1000)
+# Retention and audit (lifecycle.md; sessions/retention.py). Days; unset or 0 keeps forever.
+OMNIGENT_ARCHIVE_AFTER_DAYS = env_int("OMNIGENT_ARCHIVE_AFTER_DAYS", 0)
+OMNIGENT_DELETE_ARCHIVED_AFTER_DAYS = env_int("OMNIGENT_DELETE_ARCHIVED_AFTER_DAYS", 0)
+OMNIGENT_EVENT_LOG_KEEP_DAYS = env_int("OMNIGENT_EVENT_LOG_KEEP_DAYS", 30)
+OMNIGENT_AUDIT_KEEP_DAYS = env_int("OMNIGENT_AUDIT_KEEP_DAYS", 365)
+# How often the retention job runs (once across all server processes).
+OMNIGENT_RETENTION_INTERVAL_S = env_float("OMNIGENT_RETENTION_INTERVAL_S", 86400.0)
 # The session-list stream's log (sessions/updates.py): each user's last this many list
 # events, and all of the last this many seconds, whichever keeps more.
 OMNIGENT_LIST_EVENT_RETENTION = max(1, env_int("OMNIGENT_LIST_EVENT_RETENTION", 1000))
