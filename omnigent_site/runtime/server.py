@@ -52,6 +52,7 @@ from typing import Any
 
 from django.conf import settings
 
+from omnigent_site import metrics
 from omnigent_site.runtime import background, body_limit, shutdown
 from omnigent_site.runtime.event_loop import loop_name
 from omnigent_site.runtime.flow import WriteWatchMiddleware
@@ -77,11 +78,17 @@ def prepare_process() -> None:
     hide_health_checks_from_access_log()
     body_limit.install()
     raise_websocket_frame_limit(settings.OMNIGENT_MAX_FRAME_BYTES)
+    background.on_start(metrics.process_started)
+    background.on_stop(_metrics_process_stopping)
     reactor = installed_reactor()
     if reactor is None:
         return
     reactor.callWhenRunning(_reactor_started, reactor)
     reactor.addSystemEventTrigger("before", "shutdown", shutdown.begin)
+
+
+async def _metrics_process_stopping() -> None:
+    metrics.process_stopping()
 
 
 def installed_reactor() -> Any | None:
