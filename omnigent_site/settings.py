@@ -449,11 +449,27 @@ if OMNIGENT_METRICS:
 _LOG_LEVEL = os.environ.get("OMNIGENT_LOG_LEVEL", "INFO").strip().upper() or "INFO"
 # Libraries that log routine chatter at INFO show it only when the level is DEBUG.
 _CHATTER_LEVEL = "DEBUG" if _LOG_LEVEL == "DEBUG" else "WARNING"
+# Human lines by default; ``json``: one JSON object per line, daphne's access log
+# included (omnigent_site/observability.py, runtime/server.py). Either way every record
+# gets the request id, user, session and runner when known.
+OMNIGENT_LOG_FORMAT = os.environ.get("OMNIGENT_LOG_FORMAT", "").strip().lower() or "text"
+if OMNIGENT_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured("OMNIGENT_LOG_FORMAT must be text or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "omnigent_site.observability.JsonLogFormatter"},
+    },
+    "filters": {"context": {"()": "omnigent_site.observability.LogContextFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if OMNIGENT_LOG_FORMAT == "json" else "plain",
+            "filters": ["context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": _LOG_LEVEL},
     "loggers": {
         # "Starting server at tcp:port=8000:interface=127.0.0.1": the runtime's own line

@@ -21,6 +21,7 @@ from django.utils import timezone
 from omnigent_runner import protocol
 from omnigent_site import metrics
 from omnigent_site.ids import new_item_id
+from omnigent_site.observability import current_request_id
 from omnigent_site.rawsql import (
     first_row,
     insert_row,
@@ -102,7 +103,9 @@ def turn_start_command(
     *, response: Turn, inputs: Sequence[Item] | None = None
 ) -> protocol.TurnStart:
     """``inputs``: the turn's user items when the caller has them (a turn just accepted
-    has exactly its message); read from the database otherwise."""
+    has exactly its message); read from the database otherwise. The command carries
+    the id of the request this code runs for, if any (the message's ``X-Request-ID``),
+    so the runner's log lines of the turn carry it too."""
     if inputs is None:
         inputs = list(
             Item.objects.filter(
@@ -118,6 +121,7 @@ def turn_start_command(
             for item in inputs
         ],
         tools=response.tools or [],
+        request_id=current_request_id(),
     )
 
 
