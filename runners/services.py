@@ -29,7 +29,7 @@ from omnigent_runner.protocol import (
 )
 from omnigent_site.domain_errors import Forbidden, InvalidInput
 from omnigent_site.users import get_or_create_user, is_admin
-from sessions import approvals, updates
+from sessions import approvals, runner_presence, updates
 from sessions.blobs import BundleMissing
 from sessions.eventlog import WriteUnit, publishing_together
 from sessions.models import Session, Turn
@@ -154,6 +154,7 @@ def mark_connected(
         )
         runner.refresh_from_db(fields=["generation"])
         updates.announce_runner_sessions(runner_id=runner_id)
+        runner_presence.announce_runner_state(runner_id=runner_id)
     return Connection(
         generation=runner.generation, replaced_channel=replaced if replaced != channel_name else ""
     )
@@ -171,6 +172,7 @@ def mark_disconnected(*, runner_id: str, generation: int) -> bool:
         )
         if updated:
             updates.announce_runner_sessions(runner_id=runner_id)
+            runner_presence.announce_runner_state(runner_id=runner_id)
     return bool(updated)
 
 
@@ -197,6 +199,7 @@ def release_tunnels(*, process_id: str) -> list[str]:
         held.filter(id__in=runner_ids).update(channel_name="", disconnected_at=timezone.now())
         for runner_id in runner_ids:
             updates.announce_runner_sessions(runner_id=runner_id)
+            runner_presence.announce_runner_state(runner_id=runner_id)
     return runner_ids
 
 
@@ -215,6 +218,7 @@ def restore_tunnels(*, process_id: str, held: Sequence[tuple[str, str, int]]) ->
             )
             if restored:
                 updates.announce_runner_sessions(runner_id=runner_id)
+                runner_presence.announce_runner_state(runner_id=runner_id)
 
 
 def fail_sessions_after_grace(*, runner_id: str, generation: int) -> list[str]:
@@ -358,6 +362,7 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
         with transaction.atomic():
             Session.objects.filter(pk=session.pk).update(runner=None, updated_at=timezone.now())
             updates.announce_session(session_id=session.id)
+            runner_presence.announce_session_runner(session_id=session.id)
         if previous is not None and previous.channel_name:
             close_session_on_runner(session=session)
         session.refresh_from_db()
@@ -372,6 +377,7 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
             runner=runner, runner_generation_opened=0, updated_at=timezone.now()
         )
         updates.announce_session(session_id=session.id)
+        runner_presence.announce_session_runner(session_id=session.id)
     if previous is not None and previous.pk != runner.pk and previous.channel_name:
         close_session_on_runner(session=session, runner=previous)
     session.refresh_from_db()
