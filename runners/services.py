@@ -31,7 +31,7 @@ from omnigent_runner.protocol import (
 )
 from omnigent_site.domain_errors import Forbidden, InvalidInput
 from omnigent_site.users import get_or_create_user, is_admin
-from sessions import approvals, updates
+from sessions import approvals, runner_presence, updates
 from sessions.blobs import BundleMissing
 from sessions.eventlog import WriteUnit, publishing_together
 from sessions.models import Session, Turn
@@ -195,6 +195,7 @@ def mark_connected(
         )
         runner.refresh_from_db(fields=["generation"])
         updates.announce_runner_sessions(runner_id=runner_id)
+        runner_presence.announce_runner_state(runner_id=runner_id)
         if not replaced:
             _runner_event("runner.online", runner_id=runner_id, owner_id=runner.owner_id)
     return Connection(
@@ -214,6 +215,7 @@ def mark_disconnected(*, runner_id: str, generation: int) -> bool:
         )
         if updated:
             updates.announce_runner_sessions(runner_id=runner_id)
+            runner_presence.announce_runner_state(runner_id=runner_id)
             owner_id = Runner.objects.filter(pk=runner_id).values_list("owner_id", flat=True)[0]
             _runner_event("runner.offline", runner_id=runner_id, owner_id=owner_id)
     return bool(updated)
@@ -246,6 +248,7 @@ def release_tunnels(*, process_id: str) -> list[str]:
         held.filter(id__in=released).update(channel_name="", disconnected_at=timezone.now())
         for runner_id in runner_ids:
             updates.announce_runner_sessions(runner_id=runner_id)
+            runner_presence.announce_runner_state(runner_id=runner_id)
         for runner_id in released:
             _runner_event("runner.offline", runner_id=runner_id, owner_id=owners[runner_id])
     return runner_ids
@@ -266,6 +269,7 @@ def restore_tunnels(*, process_id: str, held: Sequence[tuple[str, str, int]]) ->
             )
             if restored:
                 updates.announce_runner_sessions(runner_id=runner_id)
+                runner_presence.announce_runner_state(runner_id=runner_id)
                 owner_id = Runner.objects.filter(pk=runner_id).values_list("owner_id", flat=True)[0]
                 _runner_event("runner.online", runner_id=runner_id, owner_id=owner_id)
 
@@ -411,6 +415,7 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
         with transaction.atomic():
             Session.objects.filter(pk=session.pk).update(runner=None, updated_at=timezone.now())
             updates.announce_session(session_id=session.id)
+            runner_presence.announce_session_runner(session_id=session.id)
         if previous is not None and previous.channel_name:
             close_session_on_runner(session=session)
         session.refresh_from_db()
@@ -425,6 +430,7 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
             runner=runner, runner_generation_opened=0, updated_at=timezone.now()
         )
         updates.announce_session(session_id=session.id)
+        runner_presence.announce_session_runner(session_id=session.id)
     if previous is not None and previous.pk != runner.pk and previous.channel_name:
         close_session_on_runner(session=session, runner=previous)
     session.refresh_from_db()

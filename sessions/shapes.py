@@ -141,6 +141,9 @@ class SessionRowOut(TypedDict):
     title: str | None
     labels: dict[str, str]
     runner_id: str | None
+    runner_name: Annotated[
+        str | None, Doc("the bound runner's name (its id when it has none); null when none")
+    ]
     runner_online: Annotated[
         bool, Doc("whether the bound runner's tunnel is live; true when none is bound")
     ]
@@ -186,6 +189,7 @@ def session_row(session: Session, *, level: int, pending_count: int | None = Non
         "title": session.title,
         "labels": session.labels or {},
         "runner_id": session.runner_id,
+        "runner_name": (runner.name or runner.id) if runner is not None else None,
         "runner_online": runner.online if runner is not None else True,
         "last_task_error": session.last_task_error,
         "active_response_id": session.active_response_id,
