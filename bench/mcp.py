@@ -137,10 +137,13 @@ async def call_overhead(calls: int, cwd: Path) -> dict[str, Any]:
             assert output == "hello", output
     finally:
         await hub.close()
-    result = {"bare": summary_ms(bare), "sdk": summary_ms(sdk), "runner": summary_ms(runner)}
-    result["added_p50_ms"] = round(result["runner"]["p50_ms"] - result["bare"]["p50_ms"], 3)
-    result["runner_layer_p50_ms"] = round(result["runner"]["p50_ms"] - result["sdk"]["p50_ms"], 3)
-    return result
+    stats = {"bare": summary_ms(bare), "sdk": summary_ms(sdk), "runner": summary_ms(runner)}
+    p50 = {name: float(value["p50_ms"]) for name, value in stats.items()}
+    return {
+        **stats,
+        "added_p50_ms": round(p50["runner"] - p50["bare"], 3),
+        "runner_layer_p50_ms": round(p50["runner"] - p50["sdk"], 3),
+    }
 
 
 async def open_to_ready(count: int, script: str, cwd: Path) -> tuple[float, dict[str, Any]]:
