@@ -322,3 +322,76 @@ async def test_streamable_http_server_with_an_expanded_header(mock, make_executo
     state = await status_of(sink, "web", "ready")
     assert state["transport"] == "http"
     await asyncio.wait_for(executor.close_session(session_id=SID), 30)
+
+
+# --- McpHub on its own ----------------------------------------------------------------------
+
+
+def hub_for(specs: list[Any], tmp_path: Path, **settings: Any) -> tuple[Any, list[Any]]:
+    from omnigent_runner.mcp_servers import McpHub, McpSettings
+
+    reports: list[Any] = []
+    hub = McpHub(
+        specs,
+        cwd=tmp_path,
+        settings=McpSettings(**settings),
+        env=ENV,
+        report=reports.append,
+        starts=asyncio.Semaphore(4),
+    )
+    return hub, reports
+
+
+async def test_operator_settings_refuse_stdio_and_private_addresses(tmp_path: Path) -> None:
+    from omnigent_runner.mcp_spec import McpServerSpec
+
+    hub, reports = hub_for(
+        [
+            McpServerSpec(name="local", transport="stdio", command=sys.executable),
+            McpServerSpec(name="web", transport="http", url="http://127.0.0.1:9/mcp"),
+        ],
+        tmp_path,
+        allow_stdio=False,
+        allow_private_urls=False,
+    )
+    hub.open()
+    await asyncio.wait_for(hub.ready(), 60)
+    states = hub.states()
+    assert states["local"]["status"] == "failed"
+    assert "OMNIGENT_RUNNER_MCP_STDIO=0" in states["local"]["error"]
+    assert states["web"]["status"] == "failed"
+    assert "private" in states["web"]["error"]
+    assert reports[-1] == states
+    await hub.close()
+
+
+async def test_a_servers_question_under_the_older_protocol(tmp_path: Path, monkeypatch) -> None:
+    """``elicitation/create`` mid-call (the initialize handshake's protocols) reaches the
+    same handler as the current protocol's ``input_required`` result."""
+    import mcp
+
+    from omnigent_runner.mcp_spec import McpServerSpec
+
+    class LegacyClient(mcp.Client):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, mode="legacy", **kwargs)
+
+    monkeypatch.setattr(mcp, "Client", LegacyClient)
+    spec = McpServerSpec(name="t", transport="stdio", command=sys.executable, args=(SERVER,))
+    hub, _ = hub_for([spec], tmp_path)
+    hub.open()
+    await asyncio.wait_for(hub.ready(), 60)
+    found = hub.find("t__confirm")
+    assert found is not None and found[1] is not None, hub.states()
+    server, tool = found
+    assert server._client.protocol_version == "2025-11-25"
+    asked: list[tuple[str, dict[str, Any]]] = []
+
+    async def elicit(message: str, schema: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
+        asked.append((message, schema))
+        return "decline", None
+
+    output = await server.call(tool, {"question": "Old style?"}, elicit=elicit)
+    assert output == "declined"
+    assert asked[0][0] == "Old style?" and asked[0][1]["required"] == ["confirm"]
+    await hub.close()
