@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import IO, Any, Literal, TypeAlias
 from urllib.parse import urlsplit
 
-from omnigent_runner.mcp_spec import ExpansionError, McpServerSpec, expand, tool_name
+from omnigent_runner.mcp_spec import REDACTED, ExpansionError, McpServerSpec, expand, tool_name
 
 logger = logging.getLogger(__name__)
 
@@ -157,6 +157,7 @@ class McpServer:
     _elicit: ElicitHandler | None = field(default=None, repr=False)
     _call_timer: asyncio.Timeout | None = field(default=None, repr=False)
     _errlog: IO[str] | None = field(default=None, repr=False)
+    _expanded: set[str] = field(default_factory=set, repr=False)  # values ${NAME} became
 
     @property
     def name(self) -> str:
@@ -303,9 +304,15 @@ class McpServer:
 
     def _expand(self, value: str) -> str:
         try:
-            return expand(value, allowed=self.settings.allowed_env, env=self.env)
+            expanded = expand(value, allowed=self.settings.allowed_env, env=self.env)
         except ExpansionError as exc:
             raise StartError(str(exc)) from None
+        if expanded != value:
+            self._expanded.add(expanded)
+            self._expanded.update(
+                self.env[name] for name in self.settings.allowed_env if name in self.env
+            )
+        return expanded
 
     def _resolve_command(self, command: str) -> str:
         """The command's path (a relative path is the workspace's); a missing one is a
@@ -372,7 +379,18 @@ class McpServer:
         else:
             message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         tail = self._stderr_tail()
-        return f"{message} (stderr: {tail})" if tail else message
+        return self._scrub(f"{message} (stderr: {tail})" if tail else message)
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without any header or env value, expanded or not, and without the
+        URL's credentials: error messages reach the log, the stream and the model."""
+        secrets = {*self.spec.headers.values(), *self.spec.env.values(), *self._expanded}
+        if self.spec.url:
+            parts = urlsplit(self.spec.url)
+            secrets |= {parts.password or "", parts.query}
+        for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
+            text = text.replace(secret, REDACTED)
+        return text
 
     def _stderr_tail(self) -> str:
         errlog = self._errlog
@@ -441,10 +459,11 @@ class McpServer:
                 self._died(message)
                 asyncio.get_running_loop().create_task(self._reap())
                 return _error(f"MCP server {self.name} exited: {message}")
-            return _error(f"MCP server {self.name}: {exc}")
+            return _error(f"MCP server {self.name}: {self._scrub(str(exc))}")
         except Exception as exc:  # a transport failure, a result that does not validate
-            logger.warning("MCP call %s failed", tool.name, exc_info=True)
-            return _error(f"MCP server {self.name}: {type(exc).__name__}: {exc}")
+            message = self._scrub(f"{type(exc).__name__}: {exc}")
+            logger.warning("MCP call %s failed: %s", tool.name, message)
+            return _error(f"MCP server {self.name}: {message}")
         finally:
             self._elicit = None
             self._call_timer = None

@@ -395,3 +395,24 @@ async def test_a_servers_question_under_the_older_protocol(tmp_path: Path, monke
     assert output == "declined"
     assert asked[0][0] == "Old style?" and asked[0][1]["required"] == ["confirm"]
     await hub.close()
+
+
+async def test_failure_messages_never_carry_header_values_or_url_secrets(tmp_path: Path) -> None:
+    from omnigent_runner.mcp_spec import McpServerSpec
+
+    spec = McpServerSpec(
+        name="web",
+        transport="http",
+        url="http://user:pa55word@127.0.0.1:9/mcp?key=qu3ry-secret",
+        headers={"Authorization": "Bearer ${MCP_TOKEN}"},
+    )
+    hub, reports = hub_for([spec], tmp_path, allowed_env=frozenset({"MCP_TOKEN"}))
+    hub.servers[0].env = {**ENV, "MCP_TOKEN": "t0k3n-value"}
+    hub.open()
+    await asyncio.wait_for(hub.ready(), 60)
+    state = hub.states()["web"]
+    assert state["status"] == "failed", state
+    text = json.dumps(reports)
+    for secret in ("pa55word", "qu3ry-secret", "t0k3n-value"):
+        assert secret not in text
+    await hub.close()
