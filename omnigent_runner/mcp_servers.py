@@ -553,6 +553,10 @@ class McpHub:
             await self._start(again)
 
     async def _start(self, servers: Sequence[McpServer]) -> None:
+        # The SDK's first import costs more than a second of CPU: in a thread, so other
+        # sessions' turns go on, and before the start bound, which is the server's.
+        await load_sdk()
+
         async def one(server: McpServer) -> None:
             async with self._starts:
                 if not self._closed:
@@ -598,6 +602,26 @@ class McpHub:
             self._report(self.states())
         except Exception:
             logger.exception("reporting the MCP servers' state failed")
+
+
+_SDK_LOADED = False
+
+
+async def load_sdk() -> None:
+    """Import the SDK's client modules once, off the event loop."""
+    global _SDK_LOADED
+    if not _SDK_LOADED:
+        await asyncio.to_thread(_import_sdk)
+        _SDK_LOADED = True
+
+
+def _import_sdk() -> None:
+    import mcp  # noqa: F401
+    import mcp.client.sse  # noqa: F401
+    import mcp.client.stdio  # noqa: F401
+    import mcp.client.streamable_http  # noqa: F401
+    import mcp.shared._httpx_utils  # noqa: F401
+    import mcp_types  # noqa: F401
 
 
 # --- results ------------------------------------------------------------------------------

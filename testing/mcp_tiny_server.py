@@ -1,4 +1,6 @@
-"""A minimal stdio MCP server for benchmarks: one ``echo`` tool, the standard library only.
+"""A minimal stdio MCP server for benchmarks and tests, the standard library only:
+``echo``, ``slow`` (sleeps ``seconds``) and ``crash`` (exits mid-call); ``--hang`` reads
+its stdin and never answers (a server that hangs at start).
 
 It speaks the ``initialize`` handshake (protocol 2025-11-25) and answers the current
 protocol's ``server/discover`` probe with "method not found", which makes the SDK's
@@ -12,18 +14,32 @@ It exits when its stdin closes. Part of the project's test doubles.
 from __future__ import annotations
 
 import json
+import os
 import sys
+import threading
 from typing import Any
 
-TOOL = {
-    "name": "echo",
-    "description": "Return the text unchanged.",
-    "inputSchema": {
-        "type": "object",
-        "properties": {"text": {"type": "string"}},
-        "required": ["text"],
+TOOLS = [
+    {
+        "name": "echo",
+        "description": "Return the text unchanged.",
+        "inputSchema": {
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+        },
     },
-}
+    {
+        "name": "slow",
+        "description": "Sleep for the given seconds, then answer.",
+        "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}},
+    },
+    {
+        "name": "crash",
+        "description": "Exit the server process at once, mid-call.",
+        "inputSchema": {"type": "object", "properties": {}},
+    },
+]
 
 
 def answer(request: dict[str, Any]) -> dict[str, Any] | None:
@@ -38,9 +54,17 @@ def answer(request: dict[str, Any]) -> dict[str, Any] | None:
             "serverInfo": {"name": "tiny", "version": "1"},
         }
     elif method == "tools/list":
-        reply["result"] = {"tools": [TOOL]}
+        reply["result"] = {"tools": TOOLS}
     elif method == "tools/call":
-        arguments = (request.get("params") or {}).get("arguments") or {}
+        params = request.get("params") or {}
+        arguments = params.get("arguments") or {}
+        if params.get("name") == "crash":
+            os._exit(3)
+        if params.get("name") == "slow":
+            # Answered later from a timer, so calls behind it are not held up.
+            reply["result"] = {"content": [{"type": "text", "text": "slept"}], "isError": False}
+            threading.Timer(float(arguments.get("seconds", 1)), send, [reply]).start()
+            return None
         text = str(arguments.get("text", ""))
         reply["result"] = {"content": [{"type": "text", "text": text}], "isError": False}
     elif method == "ping":
@@ -50,14 +74,26 @@ def answer(request: dict[str, Any]) -> dict[str, Any] | None:
     return reply
 
 
+_WRITE = threading.Lock()
+
+
+def send(reply: dict[str, Any]) -> None:
+    with _WRITE:
+        sys.stdout.write(json.dumps(reply) + "\n")
+        sys.stdout.flush()
+
+
 def main() -> None:
+    hang = "--hang" in sys.argv[1:]
     for line in sys.stdin:
+        if hang:
+            continue
         if not line.strip():
             continue
         reply = answer(json.loads(line))
         if reply is not None:
-            sys.stdout.write(json.dumps(reply) + "\n")
-            sys.stdout.flush()
+            send(reply)
+    os._exit(0)  # stdin closed: leave without waiting for a slow call's timer
 
 
 if __name__ == "__main__":

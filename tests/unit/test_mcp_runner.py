@@ -39,6 +39,7 @@ pytestmark = pytest.mark.timeout(120)
 
 REPO = Path(__file__).resolve().parents[2]
 SERVER = str(REPO / "testing" / "mcp_server.py")
+TINY = str(REPO / "testing" / "mcp_tiny_server.py")  # starts in milliseconds
 ENV = {"PATH": os.environ.get("PATH", ""), "OPENAI_API_KEY": "sk-runner-secret"}
 
 
@@ -175,10 +176,11 @@ async def test_tools_of_a_test_server_and_a_third_party_server(mock, make_execut
 async def test_failures_leave_the_turn_going(mock, make_executor, workspace):
     """A command that does not exist, a server that hangs at start, a crash mid-call
     and a call past its timeout: each is reported, and the turn goes on."""
+    tiny = f"    type: mcp\n    command: {sys.executable}\n"
     tools = (
         "  nope: {type: mcp, command: no-such-mcp-command-xyz}\n"
-        + server_yaml("hang", "--hang")
-        + server_yaml("t", extra="    timeout: 1\n")
+        f"  hang:\n{tiny}    args: [{json.dumps(TINY)}, --hang]\n"
+        f"  t:\n{tiny}    args: [{json.dumps(TINY)}]\n    timeout: 1\n"
     )
     mock.configure(
         [
@@ -188,14 +190,14 @@ async def test_failures_leave_the_turn_going(mock, make_executor, workspace):
             {"text": "first turn over"},
         ]
     )
-    executor, sink = make_executor(env={**ENV, "OMNIGENT_RUNNER_MCP_START_TIMEOUT_S": "10"})
+    executor, sink = make_executor(env={**ENV, "OMNIGENT_RUNNER_MCP_START_TIMEOUT_S": "6"})
     await executor.open_session(
         session_id=SID, agent=agent(mcp_agent(mock.base_url, tools)), history=[]
     )
     nope = await status_of(sink, "nope", "failed")
     assert "not found" in nope["error"]
     hang = await status_of(sink, "hang", "failed")
-    assert "did not start within 10 s" in hang["error"]
+    assert "did not start within 6 s" in hang["error"]
 
     end = await run_turn(executor, sink, "resp_1")
     assert end["status"] == "idle"
