@@ -54,6 +54,7 @@ class ElicitationResolveView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPI
             action=values["action"],
             reason=values.get("reason"),
             user=request_user(request),
+            content=values.get("content"),
         )
         return self.render_now(elicitation_resolve_body(), status=status.HTTP_202_ACCEPTED)
 

@@ -275,6 +275,7 @@ class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView)
                 action=answer.validated_data["action"],
                 reason=answer.validated_data.get("reason"),
                 user=request_user(request),
+                content=answer.validated_data.get("content"),
             )
             body = {"queued": False}
         else:

@@ -30,6 +30,7 @@ from omnigent_runner.coalesce import DEFAULT_DELTA_INTERVAL_MS
 from omnigent_runner.config import DEFAULT_LLM_HTTP_CLIENT
 from omnigent_runner.executor import CommandRejected, EventSink
 from omnigent_runner.llm import ClientPool
+from omnigent_runner.mcp_servers import McpHub, McpSettings
 from omnigent_runner.protocol import AgentRef, JsonObject, PolicyRule, Verdict
 from omnigent_runner.tools.changes import ChangeTracker
 from omnigent_runner.tools.tracking import make_tracker
@@ -85,6 +86,9 @@ class AgentExecutor:
         self._workspace_rpc = workspace_rpc.WorkspaceRpc(self._emit)
         # Workspaces of sessions without tools (no os_env), kept for their trackers.
         self._user_workspaces: dict[str, workspace_rpc.SessionWorkspace] = {}
+        # MCP servers (mcp.md): what the operator allows, and how many start at once.
+        self._mcp_settings = McpSettings.from_env(self._env)
+        self._mcp_starts: asyncio.Semaphore | None = None
 
     # --- SessionExecutor ----------------------------------------------------------------
 
@@ -128,6 +132,7 @@ class AgentExecutor:
                     tracker = await asyncio.to_thread(make_tracker, root=root)
         if error is not None:
             logger.warning("session %s: agent failed to load: %s", session_id, error)
+        mcp = await self._mcp_hub(session_id, spec, root, existing)
         self._sessions[session_id] = SessionState(
             session_id=session_id,
             spec=spec,
@@ -136,6 +141,7 @@ class AgentExecutor:
             root=root,
             tracker=tracker,
             policies=list(existing.policies) if existing is not None else [],
+            mcp=mcp,
         )
 
     async def start_turn(
@@ -217,6 +223,8 @@ class AgentExecutor:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=_CANCEL_GRACE_S)
+        if session.mcp is not None:
+            await session.mcp.close()
 
     async def rpc(self, *, method: str, params: dict[str, Any]) -> Any:
         if method == "ping":
@@ -293,6 +301,46 @@ class AgentExecutor:
         self._specs[key] = spec
         return spec, None
 
+    async def _mcp_hub(
+        self,
+        session_id: str,
+        spec: AgentSpec | None,
+        root: Path | None,
+        existing: SessionState | None,
+    ) -> McpHub | None:
+        """The session's MCP servers, started in the background (the first turn waits
+        for them). A re-opened session of the same agent keeps its running servers."""
+        old = existing.mcp if existing is not None else None
+        if old is not None and existing is not None and existing.spec is spec:
+            return old
+        if old is not None:
+            await old.close()
+        if spec is None or not spec.mcp_servers:
+            return None
+        if root is None:
+            base = self._workspace / session_id if self._isolate else self._workspace
+            try:
+                root = await asyncio.to_thread(_made_dir, base)
+            except OSError as exc:
+                logger.warning("session %s: no folder for its MCP servers: %s", session_id, exc)
+                root = self._workspace
+        if self._mcp_starts is None:
+            self._mcp_starts = asyncio.Semaphore(self._mcp_settings.max_starts)
+
+        def report(servers: dict[str, Any]) -> None:
+            self._emit(session_id, protocol.McpStatus(servers=servers))
+
+        hub = McpHub(
+            spec.mcp_servers,
+            cwd=root,
+            settings=self._mcp_settings,
+            env=self._env,
+            report=report,
+            starts=self._mcp_starts,
+        )
+        hub.open()
+        return hub
+
     def _prepare_root(self, session_id: str, cwd: str) -> Path:
         """Create the session's tool root: the workspace (or the session's folder in it),
         then ``os_env.cwd`` inside that."""
@@ -340,3 +388,8 @@ class AgentExecutor:
                 # Cancelled while it was already failing or completing: still end it.
                 emit(protocol.ResponseCancelled(response_id=request.response_id))
                 emit(protocol.SessionStatus(status="idle", response_id=request.response_id))
+
+
+def _made_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()

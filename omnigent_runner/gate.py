@@ -20,7 +20,7 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from omnigent_runner import protocol
 from omnigent_runner.llm import FunctionCall
@@ -30,6 +30,7 @@ from omnigent_runner.protocol import PolicyRule, Verdict
 logger = logging.getLogger(__name__)
 
 Key: TypeAlias = tuple[str, str, str]  # (session_id, response_id, call_id)
+ElicitAction: TypeAlias = Literal["accept", "decline", "cancel"]
 
 # Verdicts kept for calls not (or no longer) parked; bounded like the remembered turns.
 MAX_EARLY_VERDICTS = 10_000
@@ -111,6 +112,7 @@ class PolicyGate:
         self._verdicts = verdicts
         self._ask_grace_s = ask_grace_s
         self._pause = pause
+        self._questions: dict[str, int] = {}  # call_id -> MCP questions asked so far
 
     def would_ask(
         self, rules: Sequence[PolicyRule], *, call: FunctionCall, arguments: Mapping[str, Any]
@@ -141,18 +143,48 @@ class PolicyGate:
         verdict = await self._ask(call, arguments, rule)
         return None if verdict.action == "accept" else refusal_output(verdict)
 
+    async def elicit(
+        self,
+        *,
+        call: FunctionCall,
+        arguments: dict[str, Any],
+        message: str,
+        schema: dict[str, Any],
+        ask_timeout: float | None,
+    ) -> tuple[ElicitAction, dict[str, Any] | None]:
+        """An MCP server's question during ``call`` (mcp.md), asked as an approval with
+        no rule: ``(action, content)``, the content (accepted only) as the server
+        checked it against ``schema``. Each question of a call has its own id
+        (``<call_id>#q<n>``), so a re-run turn is answered from the stored verdict."""
+        count = self._questions.get(call.call_id, 0) + 1
+        self._questions[call.call_id] = count
+        question = FunctionCall(
+            call_id=f"{call.call_id}#q{count}", name=call.name, arguments=call.arguments
+        )
+        verdict = await self._park(
+            question,
+            protocol.ApprovalRequested(
+                response_id=self._rid,
+                call_id=question.call_id,
+                tool=call.name,
+                arguments=arguments,
+                policy_name="",
+                reason="",
+                ask_timeout=ask_timeout or DEFAULT_ASK_TIMEOUT,
+                elicitation={"message": message, "requestedSchema": schema},
+            ),
+        )
+        if verdict.action == "accept":
+            return "accept", dict(verdict.content or {})
+        return verdict.action, None
+
     async def _ask(
         self, call: FunctionCall, arguments: dict[str, Any], rule: PolicyRule
     ) -> Verdict:
         """Raise the question (unless its verdict is already here) and park the call
         until the verdict comes; past ``ask_timeout`` + grace it counts as ``cancel``."""
-        key = (self._session_id, self._rid, call.call_id)
-        known = self._verdicts.take(key)
-        if known is not None:
-            logger.info("turn %s: call %s already has verdict %s", self._rid, key[2], known.action)
-            return known
-        ask_timeout = rule.ask_timeout or DEFAULT_ASK_TIMEOUT
-        self._emit(
+        return await self._park(
+            call,
             protocol.ApprovalRequested(
                 response_id=self._rid,
                 call_id=call.call_id,
@@ -160,9 +192,18 @@ class PolicyGate:
                 arguments=arguments,
                 policy_name=rule.name,
                 reason=rule.reason or "",
-                ask_timeout=ask_timeout,
-            )
+                ask_timeout=rule.ask_timeout or DEFAULT_ASK_TIMEOUT,
+            ),
         )
+
+    async def _park(self, call: FunctionCall, question: protocol.ApprovalRequested) -> Verdict:
+        key = (self._session_id, self._rid, call.call_id)
+        known = self._verdicts.take(key)
+        if known is not None:
+            logger.info("turn %s: call %s already has verdict %s", self._rid, key[2], known.action)
+            return known
+        ask_timeout = question.ask_timeout
+        self._emit(question)
         future = self._verdicts.park(key)
         bound = ask_timeout + self._ask_grace_s
         try:

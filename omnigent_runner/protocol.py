@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar, get_args
 
 import msgspec
-from msgspec import Meta, Struct, field
+from msgspec import UNSET, Meta, Struct, UnsetType, field
 
 from omnigent_runner import PROTOCOL_VERSION
 from omnigent_runner.json_text import (
@@ -151,6 +151,9 @@ class Verdict(Struct, frozen=True, kw_only=True):
     # Who answered (the user id the runner names in a decline's output); unset for an
     # expiry or an older server.
     resolved_by: str | None = None
+    # An accepted MCP server question's answer (mcp.md), checked against its schema;
+    # left out of the frame otherwise.
+    content: JsonObject | UnsetType = UNSET
 
 
 # --- frames ----------------------------------------------------------------------------
@@ -261,6 +264,8 @@ class ApprovalVerdict(
     action: Literal["accept", "decline", "cancel"]
     reason: str | None = None
     resolved_by: str | None = None
+    # An accepted MCP server question's answer (mcp.md).
+    content: JsonObject | None = None
 
     def verdict(self) -> Verdict:
         """The verdict this frame carries, in the form ``session.open`` sends it."""
@@ -271,6 +276,7 @@ class ApprovalVerdict(
             action=self.action,
             reason=self.reason,
             resolved_by=self.resolved_by,
+            content=UNSET if self.content is None else self.content,
         )
 
 
@@ -351,6 +357,9 @@ class ApprovalRequested(Event, tag="approval.requested", kw_only=True, frozen=Tr
     policy_name: str
     reason: str
     ask_timeout: float
+    # An MCP server's own question during the call (mcp.md): ``{"message",
+    # "requestedSchema"}``; ``policy_name`` is then empty (no rule asked).
+    elicitation: JsonObject | None = None
 
 
 class PolicyDenied(Event, tag="policy.denied", kw_only=True, frozen=True):
@@ -371,6 +380,13 @@ class WorkspaceChanges(
     entries: list[JsonObject]
 
 
+class McpStatus(Event, tag="session.mcp_status", kw_only=True, frozen=True):
+    """Every MCP server of the session and its state (mcp.md): ``{name: {status,
+    transport, tools, error?}}``, sent whenever one changes."""
+
+    servers: dict[str, JsonObject]
+
+
 AnyEvent: TypeAlias = (
     SessionStatus
     | ResponseCreated
@@ -382,6 +398,7 @@ AnyEvent: TypeAlias = (
     | ApprovalRequested
     | PolicyDenied
     | WorkspaceChanges
+    | McpStatus
 )
 TurnEnd: TypeAlias = ResponseCompleted | ResponseFailed | ResponseCancelled
 

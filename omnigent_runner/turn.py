@@ -34,6 +34,7 @@ from omnigent_runner.llm import (
     ModelRequest,
     call_model,
 )
+from omnigent_runner.mcp_servers import McpHub
 from omnigent_runner.tools import sys_os
 from omnigent_runner.tools.changes import ChangeTracker
 from omnigent_runner.transcript import merge_tools
@@ -75,6 +76,8 @@ class SessionState:
     closing: bool = False  # set by close/shutdown: the turn must stop without events
     # The effective policy rules (session.open, policy.update); read at every tool call.
     policies: list[protocol.PolicyRule] = field(default_factory=list)
+    # The session's MCP servers (mcp.md), when its bundle declares any.
+    mcp: McpHub | None = None
 
     @property
     def busy(self) -> bool:
@@ -235,10 +238,22 @@ class TurnRunner:
             if item.get("id"):
                 known.add(item["id"])
 
-    async def _loop(self, spec: AgentSpec) -> None:
+    def _tools(self, spec: AgentSpec) -> tuple[list[Item], set[str], set[str]]:
+        """This model call's tools: ``sys_os_*``, the ready MCP servers' tools, then the
+        client's (a built-in name wins a clash); the built-in and client name sets."""
         builtin = sys_os.tool_definitions() if spec.os_env is not None else []
+        if self.session.mcp is not None:
+            builtin += [tool.definition() for tool in self.session.mcp.tools()]
         builtin_names = {tool["function"]["name"] for tool in builtin}
         tools, client_names = merge_tools(builtin, self.request.tools)
+        return tools, builtin_names, client_names
+
+    async def _loop(self, spec: AgentSpec) -> None:
+        if self.session.mcp is not None:
+            # Servers still starting are waited for (each start is bounded); failed
+            # ones get their one restart of this turn.
+            await self.session.mcp.begin_turn()
+        tools, builtin_names, client_names = self._tools(spec)
         client = self._pool.get(
             api_key=spec.api_key or self._env.get("OPENAI_API_KEY") or "not-set",
             base_url=spec.base_url or self._env.get("OPENAI_BASE_URL") or None,
@@ -246,7 +261,10 @@ class TurnRunner:
         model = spec.model or self._env.get("OMNIGENT_DEFAULT_MODEL") or DEFAULT_MODEL
         tool_choice = _tool_choice(spec.tool_choice, tools)
         await self._resume_asked_calls(builtin_names)
-        for _ in range(spec.max_iterations):
+        for iteration in range(spec.max_iterations):
+            if iteration and self.session.mcp is not None:
+                # A server that died since the last call has no tools in this one.
+                tools, builtin_names, client_names = self._tools(spec)
             request = ModelRequest(
                 api=spec.api,
                 model=model,
@@ -342,7 +360,7 @@ class TurnRunner:
                 continue
             self._done(self._call_item(call, "completed"))
             self._unanswered[call.call_id] = call
-            if call.name not in builtin_names:
+            if call.name not in builtin_names and not self._is_mcp(call.name):
                 self._output(call, _json({"error": f"unknown tool '{call.name}'"}))
             elif arguments is None:
                 self._output(call, _json({"error": problem}))  # nothing would run: nothing to ask
@@ -354,6 +372,9 @@ class TurnRunner:
         refusal = await self._gate(call, arguments)
         if refusal is not None:
             self._output(call, refusal)
+            return
+        if self._is_mcp(call.name):
+            self._output(call, await self._run_mcp(call, arguments))
             return
         result, changes = await self._run_builtin(call, arguments)
         self._output(call, _json(result))
@@ -419,7 +440,10 @@ class TurnRunner:
                 item.get("type") != "function_call"
                 or item.get("response_id") != self._rid
                 or item.get("call_id") in answered
-                or item.get("name") not in builtin_names
+                or (
+                    item.get("name") not in builtin_names
+                    and not self._is_mcp(str(item.get("name")))
+                )
                 or not isinstance(item.get("call_id"), str)
             ):
                 continue
@@ -438,6 +462,32 @@ class TurnRunner:
                 self._call_item_ids[call.call_id] = item["id"]
             self._unanswered[call.call_id] = call
             await self._finish_builtin(call, arguments)
+
+    def _is_mcp(self, name: str) -> bool:
+        return self.session.mcp is not None and self.session.mcp.owns(name)
+
+    async def _run_mcp(self, call: FunctionCall, arguments: dict[str, Any]) -> str:
+        """An MCP tool call; its server's questions go to a person as approvals."""
+        assert self.session.mcp is not None
+        found = self.session.mcp.find(call.name)
+        if found is None:
+            return _json({"error": f"unknown tool '{call.name}'"})
+        server, tool = found
+
+        spec = self._spec()
+
+        async def elicit(
+            message: str, schema: dict[str, Any]
+        ) -> tuple[gate.ElicitAction, dict[str, Any] | None]:
+            return await self._policy.elicit(
+                call=call,
+                arguments=arguments,
+                message=message,
+                schema=schema,
+                ask_timeout=spec.guardrails.ask_timeout,
+            )
+
+        return await server.call(tool, arguments, name=call.name, elicit=elicit)
 
     async def _run_builtin(
         self, call: FunctionCall, arguments: dict[str, Any]

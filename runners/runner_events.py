@@ -41,6 +41,7 @@ from sessions.eventlog import (
     save_session_fields,
     writing_events,
 )
+from sessions.mcp_shapes import clean_states
 from sessions.models import Agent, Item, Session, Turn
 from sessions.selectors import response_output
 from sessions.shapes import ResponseEventOut, response_event_body
@@ -48,6 +49,7 @@ from sessions.stream_events import (
     RESPONSE_END_EVENTS,
     changed_files_invalidated_event,
     input_consumed_event,
+    mcp_status_event,
     output_item_done_event,
     output_text_delta_event,
     policy_denied_event,
@@ -655,6 +657,21 @@ def _apply_item(run: _Run, event: protocol.OutputItemDone) -> None:
 
 # The handler of each runner event type (the members of ``protocol.AnyEvent``; a test
 # holds the two to the same list).
+def _apply_mcp_status(run: _Run, event: protocol.McpStatus) -> None:
+    """The MCP servers' latest state: kept on the session (the snapshot and
+    ``GET …/agent`` show it) and sent to watchers; stored with an event, so the
+    snapshot's ETag (``last_event_seq``) changes with it."""
+    session = run.session
+    servers = clean_states(event.servers)
+    session.mcp_servers = servers
+    update_row(session, ["mcp_servers"])
+    record_event(
+        unit=run.unit,
+        session_id=session.id,
+        payload=mcp_status_event(session_id=session.id, servers=servers),
+    )
+
+
 HANDLERS: dict[type[protocol.Event], Callable[[_Run, Any], None]] = {
     protocol.SessionStatus: _apply_status,
     protocol.ResponseCreated: _apply_response_created,
@@ -666,4 +683,5 @@ HANDLERS: dict[type[protocol.Event], Callable[[_Run, Any], None]] = {
     protocol.ApprovalRequested: _apply_approval_requested,
     protocol.PolicyDenied: _apply_policy_denied,
     protocol.WorkspaceChanges: _apply_workspace_changes,
+    protocol.McpStatus: _apply_mcp_status,
 }

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.db import database_sync_to_async
@@ -45,6 +46,7 @@ def verdict_command(approval: Approval) -> ApprovalVerdict:
         action=stored.action,
         reason=stored.reason,
         resolved_by=stored.resolved_by,
+        content=stored.content or None,
     )
 
 
@@ -67,7 +69,13 @@ async def relay_verdict(*, session: Session, approval: Approval) -> bool:
 
 
 async def answer_elicitation(
-    *, session: Session, approval_id: str, action: object, reason: str | None, user: AuthUser
+    *,
+    session: Session,
+    approval_id: str,
+    action: object,
+    reason: str | None,
+    user: AuthUser,
+    content: dict[str, Any] | None = None,
 ) -> None:
     """Store the verdict, then relay it (approvals.md, Answering).
 
@@ -81,6 +89,7 @@ async def answer_elicitation(
         action=approvals.check_action(action),
         user=user,
         reason=reason,
+        content=content,
     )
     approval = resolution.approval
     if resolution.stored:

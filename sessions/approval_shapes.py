@@ -78,10 +78,16 @@ class ElicitationParams(TypedDict):
 
     mode: Literal["form"]
     message: Annotated[str, Doc("the question as a sentence")]
-    requestedSchema: Annotated[dict[str, Any], Doc("always {}: the answer is the action")]
+    requestedSchema: Annotated[
+        dict[str, Any],
+        Doc("{} for a rule's question (the answer is the action); an MCP server's schema"),
+    ]
     phase: Literal["tool_call"]
-    policy_name: Annotated[str, Doc("the rule that asked")]
-    content_preview: Annotated[str, Doc("the call's arguments as JSON, cut to 1,024 chars")]
+    policy_name: Annotated[str | None, Doc("the rule that asked; null for an MCP server")]
+    content_preview: Annotated[
+        str,
+        Doc("the call's arguments as JSON, cut to 1,024 chars; an MCP server's message"),
+    ]
 
 
 class ElicitationRequestEvent(TypedDict):
@@ -106,10 +112,12 @@ def elicitation_request_event(approval: Approval) -> ElicitationRequestEvent:
         "params": {
             "mode": "form",
             "message": approval.message,
-            "requestedSchema": {},
+            "requestedSchema": approval.requested_schema or {},
             "phase": "tool_call",
-            "policy_name": approval.policy_name,
-            "content_preview": content_preview(approval.arguments),
+            "policy_name": None if approval.requested_schema is not None else approval.policy_name,
+            "content_preview": approval.message[:PREVIEW_CHARS]
+            if approval.requested_schema is not None
+            else content_preview(approval.arguments),
         },
     }
 
@@ -129,7 +137,7 @@ class ElicitationOut(TypedDict):
     status: Annotated[str, Approval.Status]
     tool: str
     arguments: Annotated[dict[str, Any], Doc("the call's arguments, as shown to the person")]
-    policy_name: str
+    policy_name: Annotated[str | None, Doc("the rule that asked; null for an MCP server")]
     message: str
     response_id: str
     call_id: str
@@ -149,7 +157,7 @@ def elicitation_body(approval: Approval) -> ElicitationOut:
         "status": approval.status,
         "tool": approval.tool,
         "arguments": approval.arguments,
-        "policy_name": approval.policy_name,
+        "policy_name": None if approval.requested_schema is not None else approval.policy_name,
         "message": approval.message,
         "response_id": approval.response_id,
         "call_id": approval.call_id,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
@@ -46,6 +47,7 @@ STATUS_OF_ACTION = {
 }
 UNANSWERED = "unanswered"
 MAX_REASON_CHARS = 2000
+MAX_MESSAGE = 4000
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
@@ -101,6 +103,15 @@ def record_requested(
     tool = _storable(event.tool)
     seconds = min(event.ask_timeout if event.ask_timeout > 0 else 3600.0, ask_timeout_cap())
     now = timezone.now()
+    message = approval_message(tool, arguments)
+    requested_schema: dict[str, Any] | None = None
+    question = event.elicitation
+    if question is not None:
+        # An MCP server's own question (mcp.md): its sentence and its answer's schema.
+        text = question.get("message")
+        message = _storable(text if isinstance(text, str) and text else message)[:MAX_MESSAGE]
+        schema = question.get("requestedSchema")
+        requested_schema = _storable(schema) if isinstance(schema, dict) else {}
     try:
         with transaction.atomic():
             approval = Approval.objects.create(
@@ -111,8 +122,9 @@ def record_requested(
                 arguments=arguments,
                 policy_name=_storable(event.policy_name),
                 policy_reason=_storable(event.reason or ""),
-                message=approval_message(tool, arguments),
+                message=message,
                 expires_at=now + timedelta(seconds=seconds),
+                requested_schema=requested_schema,
             )
     except IntegrityError:
         # Another writer stored it first (the session lock makes this rare).
@@ -157,12 +169,16 @@ def resolve(
     action: str,
     user: AuthUser | None,
     reason: str | None = None,
+    content: dict[str, Any] | None = None,
 ) -> Resolution:
     """Store a person's verdict unless the question already has one.
 
     The same action again is idempotent; a different one is a conflict. A question
     past its deadline is expired here (the server decides expiry from the stored
     deadline, whether or not a sweep ran yet), and then only ``cancel`` matches it.
+    An MCP server's question (``requested_schema``) keeps an accepted ``content``
+    that matches its schema; one that does not is stored, and reaches the server,
+    as ``decline`` (mcp.md).
     """
     action = check_action(action)
     if reason is not None and len(reason) > MAX_REASON_CHARS:
@@ -175,15 +191,24 @@ def resolve(
         expired = _expire(approval.pk, now=now)
         if expired is not None:
             return Resolution(expired, stored=True, conflict=action != "cancel")
+    stored_action, answer = action, None
+    if approval.requested_schema is not None and action == "accept":
+        problem = schema_problem(approval.requested_schema, content or {})
+        if problem is None:
+            answer = _storable(content or {})
+        else:
+            stored_action = "decline"
+            reason = f"the answer does not match the requested schema: {problem}"
     with transaction.atomic():
         won = Approval.objects.filter(
             pk=approval.pk, status=Approval.Status.PENDING, expires_at__gt=now
         ).update(
-            status=STATUS_OF_ACTION[action],
+            status=STATUS_OF_ACTION[stored_action],
             resolved_at=now,
             resolved_by=user,
             reason=reason or None,
             runner_acked=False,
+            content=answer,
         )
         approval = Approval.objects.select_related("resolved_by").get(pk=approval.pk)
         if won:
@@ -191,6 +216,23 @@ def resolve(
             _publish_resolved(approval)
             return Resolution(approval, stored=True, conflict=False)
     return Resolution(approval, stored=False, conflict=approval.action != action)
+
+
+def schema_problem(schema: dict[str, Any], content: Any) -> str | None:
+    """Why ``content`` does not match ``schema`` (JSON Schema), or None when it does.
+    A schema that is itself invalid accepts nothing."""
+    import jsonschema
+
+    try:
+        validator_class = jsonschema.validators.validator_for(schema)
+        validator_class.check_schema(schema)
+        error = jsonschema.exceptions.best_match(validator_class(schema).iter_errors(content))
+    except jsonschema.exceptions.SchemaError as exc:
+        return f"the requested schema is invalid: {exc.message}"
+    if error is None:
+        return None
+    where = ".".join(str(part) for part in error.absolute_path)
+    return f"{where}: {error.message}"[:500] if where else error.message[:500]
 
 
 def _audit_verdict(approval: Approval, *, actor: AuthUser | None) -> None:
@@ -327,4 +369,7 @@ def verdict(approval: Approval) -> protocol.Verdict:
         action=action,  # type: ignore[arg-type]
         reason=approval.reason,
         resolved_by=user.get_username() if user is not None else None,
+        content=approval.content
+        if action == "accept" and approval.content is not None
+        else msgspec.UNSET,
     )

@@ -339,6 +339,10 @@ class Approval(models.Model):
     reason = models.TextField(null=True, blank=True)
     # The runner acknowledged the verdict; until then ``session.open`` carries it.
     runner_acked = models.BooleanField(default=False)
+    # An MCP server's own question (mcp.md): the JSON schema its answer must match
+    # (null: a policy rule asked), and the accepted answer.
+    requested_schema = models.JSONField(null=True, blank=True)
+    content = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]

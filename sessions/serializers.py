@@ -191,7 +191,10 @@ class ElicitationResolveSerializer(serializers.Serializer):
 
     action = StrictCharField(max_length=32, help_text="accept, decline or cancel")
     content = serializers.DictField(
-        required=False, allow_null=True, help_text="form content (ignored: the schema is {})"
+        required=False,
+        allow_null=True,
+        help_text="form content: an MCP server's question checks it against its schema "
+        "(a mismatch is a decline); ignored for a rule's question",
     )
     reason = StrictCharField(
         max_length=2000, required=False, allow_null=True, allow_blank=True, trim_whitespace=False

@@ -28,6 +28,7 @@ from omnigent_site.shapes import ErrorInfo
 from .approval_shapes import ElicitationRequestEvent as ElicitationRequestEvent
 from .approval_shapes import VerdictAction
 from .approval_shapes import elicitation_request_event as elicitation_request_event
+from .mcp_shapes import McpServerState
 from .models import Approval, Session, SessionFile, Turn
 from .shapes import FlatItemOut, ResponseEventOut, SessionFileOut, session_file_body
 
@@ -330,6 +331,18 @@ def policy_denied_event(
     }
 
 
+class McpStatusEvent(TypedDict):
+    """``session.mcp_status``: the session's MCP servers and their state (mcp.md)."""
+
+    type: Literal["session.mcp_status"]
+    session_id: str
+    servers: dict[str, McpServerState]
+
+
+def mcp_status_event(*, session_id: str, servers: dict[str, McpServerState]) -> McpStatusEvent:
+    return {"type": "session.mcp_status", "session_id": session_id, "servers": servers}
+
+
 # --- the registry -----------------------------------------------------------------------
 
 # What ``eventlog.record_event`` stores and the stream replays.
@@ -345,6 +358,7 @@ StoredEvent: TypeAlias = (
     | ElicitationRequestEvent
     | ElicitationResolvedEvent
     | PolicyDeniedEvent
+    | McpStatusEvent
 )
 
 # Each stored event type and its shape, in the order the schema lists them.
@@ -364,6 +378,7 @@ STORED_EVENTS: dict[str, type] = {
     "response.elicitation_request": ElicitationRequestEvent,
     "response.elicitation_resolved": ElicitationResolvedEvent,
     "response.policy_denied": PolicyDeniedEvent,
+    "session.mcp_status": McpStatusEvent,
 }
 
 # Every event type of the session stream and its shape.

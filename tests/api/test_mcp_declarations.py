@@ -4,11 +4,14 @@ the field; header and env values are never stored in the spec or shown."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
+from omnigent_runner import protocol
 from omnigent_runner.bundles import build_bundle
-from sessions.models import Session
+from sessions import approvals
+from sessions.models import Approval, Session, Turn
 
 from .conftest import ALICE, assert_error, assert_nothing_written, upload
 
@@ -66,3 +69,76 @@ def test_header_and_env_values_are_never_stored_or_shown(client_for) -> None:
     ]
     assert servers[0]["command"] == "python" and servers[0]["args"] == ["-m", "x"]
     assert servers[1]["url"] == "http://127.0.0.1:9/mcp"
+
+
+# --- an MCP server's question (mcp.md, "Policies and approvals") -------------------------
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"confirm": {"type": "boolean"}, "note": {"type": "string"}},
+    "required": ["confirm"],
+}
+
+
+def mcp_question(session_id: str, *, call_id: str = "call_1#q1") -> Approval:
+    """A server's question as the runner's ``approval.requested`` leaves it."""
+    session = Session.objects.get(pk=session_id)
+    turn = Turn.objects.create(session=session, status=Turn.Status.IN_PROGRESS)
+    event = protocol.ApprovalRequested(
+        response_id=turn.id,
+        call_id=call_id,
+        tool="t__confirm",
+        arguments={"question": "Ship it?"},
+        policy_name="",
+        reason="",
+        ask_timeout=600.0,
+        elicitation={"message": "Ship it now?", "requestedSchema": SCHEMA},
+    )
+    return approvals.record_requested(session=session, turn=turn, event=event).approval
+
+
+def test_a_servers_question_is_an_elicitation_with_its_schema(client_for, create_session) -> None:
+    session_id = create_session(ALICE)
+    approval = mcp_question(session_id)
+    client = client_for(ALICE)
+    (pending,) = client.get(f"/v1/sessions/{session_id}").json()["pending_elicitations"]
+    assert pending["params"] == {
+        "mode": "form",
+        "message": "Ship it now?",
+        "requestedSchema": SCHEMA,
+        "phase": "tool_call",
+        "policy_name": None,
+        "content_preview": "Ship it now?",
+    }
+    detail = client.get(f"/v1/sessions/{session_id}/elicitations/{approval.id}").json()
+    assert detail["policy_name"] is None and detail["message"] == "Ship it now?"
+
+    answer = {"action": "accept", "content": {"confirm": True, "note": "go"}}
+    response = client.post(
+        f"/v1/sessions/{session_id}/elicitations/{approval.id}/resolve", answer, format="json"
+    )
+    assert response.status_code == 202, response.content
+    approval.refresh_from_db()
+    assert approval.status == "accepted" and approval.content == {"confirm": True, "note": "go"}
+    verdict = approvals.verdict(Approval.objects.select_related("resolved_by").get(pk=approval.pk))
+    assert verdict.content == {"confirm": True, "note": "go"} and verdict.action == "accept"
+
+
+@pytest.mark.parametrize("content", [None, {"confirm": "yes"}, {"note": "no confirm"}])
+def test_an_answer_that_does_not_match_the_schema_is_a_decline(
+    client_for, create_session, content
+) -> None:
+    session_id = create_session(ALICE)
+    approval = mcp_question(session_id)
+    body: dict[str, Any] = {"action": "accept"}
+    if content is not None:
+        body["content"] = content
+    response = client_for(ALICE).post(
+        f"/v1/sessions/{session_id}/elicitations/{approval.id}/resolve", body, format="json"
+    )
+    assert response.status_code == 202, response.content
+    approval.refresh_from_db()
+    assert approval.status == "declined" and approval.content is None
+    assert approval.reason.startswith("the answer does not match the requested schema")
+    verdict = approvals.verdict(Approval.objects.select_related("resolved_by").get(pk=approval.pk))
+    assert verdict.action == "decline" and not verdict.content

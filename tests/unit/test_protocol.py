@@ -149,6 +149,9 @@ EVENTS: dict[str, Callable[[], p.Event]] = {
         mode="agent_edit",
         entries=[{"path": "a.txt", "status": "created", "before": None, "after": "x"}],
     ),
+    "session.mcp_status": lambda: p.McpStatus(
+        servers={"git": {"status": "ready", "transport": "stdio", "tools": ["git__git_status"]}}
+    ),
 }
 
 # Messages between server processes over the channel layer.

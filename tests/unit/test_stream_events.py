@@ -53,6 +53,7 @@ SESSION_STREAM_KEYS: dict[str, list[str]] = {
         "reason",
         "phase",
     ],
+    "session.mcp_status": ["type", "session_id", "servers"],
     "session.resync": ["type", "session_id"],
     "stream.overflow": ["type", "session_id", "last_event_id", "message"],
 }
@@ -154,6 +155,10 @@ def session_stream_events() -> dict[str, Callable[[], Any]]:
             tool="sys_os_shell",
             policy_name="no-shell",
             reason="shell is off",
+        ),
+        "session.mcp_status": lambda: events.mcp_status_event(
+            session_id="conv_1",
+            servers={"git": {"status": "ready", "transport": "stdio", "tools": ["git__status"]}},
         ),
         "session.resync": lambda: events.session_resync_event("conv_1"),
         "stream.overflow": lambda: events.stream_overflow_event(

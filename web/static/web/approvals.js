@@ -5,6 +5,8 @@
 // miss at the foot of a long conversation: a new card is scrolled into view (clear of the
 // sticky composer), the number waiting goes to the tab title (`onCount`), and after an
 // answer focus moves to the next card's button or the composer, never to <body>.
+// An MCP server's own question (mcp.md: no policy, a `requestedSchema`) gets a form of its
+// schema's fields, sent as the answer's `content`.
 import { api } from "./api.js";
 import { el, showError } from "./util.js";
 
@@ -39,6 +41,7 @@ export class ApprovalCards {
     const params = request.params ?? {};
     const reason = el("input", { id: `reason-${id}`, maxlength: 500, placeholder: "optional" });
     const error = el("p", { class: "error", role: "alert", hidden: true });
+    const form = this.canAnswer ? schemaForm(id, params.requestedSchema) : null;
     const buttons = this.canAnswer
       ? el(
           "div",
@@ -49,7 +52,7 @@ export class ApprovalCards {
             type: "button",
             class: "primary approve",
             text: "Approve",
-            onclick: () => this.answer(id, "accept", reason.value, error),
+            onclick: () => this.answer(id, "accept", reason.value, error, form?.content()),
           }),
           el("button", {
             type: "button",
@@ -64,7 +67,10 @@ export class ApprovalCards {
       { class: "approval", dataset: { id }, role: "group", "aria-label": "Approval needed" },
       el("p", { class: "approval-message", text: params.message ?? "The agent asks to run a tool." }),
       params.policy_name ? el("p", { class: "muted", text: `Policy: ${params.policy_name}` }) : null,
-      el("pre", { class: "call-args", text: params.content_preview ?? "" }),
+      form
+        ? el("p", { class: "muted", text: "Asked by an MCP server during a tool call." })
+        : el("pre", { class: "call-args", text: params.content_preview ?? "" }),
+      form?.node,
       buttons,
       error,
     );
@@ -138,10 +144,11 @@ export class ApprovalCards {
     target.scrollIntoView({ block: "center" });
   }
 
-  async answer(id, action, reason, errorNode) {
+  async answer(id, action, reason, errorNode, content) {
     showError(errorNode, null);
     const body = { action };
     if (reason.trim()) body.reason = reason.trim();
+    if (content) body.content = content;
     try {
       await api("POST", `${this.base}/${encodeURIComponent(id)}/resolve`, body);
       this.resolved({ elicitation_id: id });
@@ -149,4 +156,43 @@ export class ApprovalCards {
       showError(errorNode, error);
     }
   }
+}
+
+// The fields of an MCP server's `requestedSchema` (form mode: a flat object of strings,
+// numbers, booleans and enums) as inputs; null for a rule's question (schema `{}`).
+function schemaForm(id, schema) {
+  const properties = schema?.properties;
+  if (!properties || typeof properties !== "object" || !Object.keys(properties).length) return null;
+  const required = new Set(schema.required ?? []);
+  const readers = [];
+  const rows = Object.entries(properties).map(([name, spec], index) => {
+    const inputId = `field-${id}-${index}`;
+    const title = `${spec.title ?? name}${required.has(name) ? " *" : ""}`;
+    let input;
+    if (spec.type === "boolean") {
+      input = el("input", { id: inputId, type: "checkbox", checked: spec.default === true });
+      readers.push(() => [name, input.checked]);
+    } else if (Array.isArray(spec.enum)) {
+      input = el("select", { id: inputId }, spec.enum.map((value) => el("option", { value, text: String(value) })));
+      readers.push(() => [name, input.value]);
+    } else {
+      const numeric = spec.type === "number" || spec.type === "integer";
+      input = el("input", { id: inputId, type: numeric ? "number" : "text", value: spec.default ?? "" });
+      readers.push(() => {
+        if (input.value === "" && !required.has(name)) return null;
+        return [name, numeric ? Number(input.value) : input.value];
+      });
+    }
+    return el(
+      "div",
+      { class: "inline mcp-field" },
+      el("label", { for: inputId, text: title }),
+      input,
+      spec.description ? el("span", { class: "muted", text: spec.description }) : null,
+    );
+  });
+  return {
+    node: el("div", { class: "mcp-form" }, rows),
+    content: () => Object.fromEntries(readers.map((read) => read()).filter(Boolean)),
+  };
 }

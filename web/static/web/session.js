@@ -13,7 +13,7 @@ import { ChangesPanel } from "./changes.js";
 import { ShareDialog } from "./share.js";
 import { EventStream } from "./sse.js";
 import { Transcript, flatten } from "./transcript.js";
-import { isTransient, showError } from "./util.js";
+import { el, isTransient, showError } from "./util.js";
 import { WorkspacePanel } from "./workspace.js";
 
 const boot = bootData();
@@ -43,6 +43,7 @@ async function loadSnapshot() {
     held = held ?? [];
     const snapshot = await get(base);
     session = snapshot;
+    drawMcp(snapshot.mcp_servers);
     transcript.reset();
     transcript.addMany(snapshot.items.map(flatten));
     if (snapshot.status === "failed" && snapshot.last_task_error) {
@@ -182,6 +183,9 @@ function apply(event) {
     case "session.runner":
       runnerChanged(event);
       break;
+    case "session.mcp_status":
+      drawMcp(event.servers);
+      break;
     case "session.resync":
       held = [];
       loadSnapshot();
@@ -189,6 +193,36 @@ function apply(event) {
     default:
       break;
   }
+}
+
+// The session's MCP servers (mcp.md): each with its state, its tools and why it failed;
+// their names also give MCP tool cards their server badge.
+function drawMcp(servers) {
+  const entries = Object.entries(servers ?? {});
+  for (const [name] of entries) {
+    transcript.mcpServers = new Set([...(transcript.mcpServers ?? []), name]);
+  }
+  $("panel-mcp").hidden = !entries.length;
+  $("mcp-servers").replaceChildren(
+    ...entries.map(([name, state]) =>
+      el(
+        "li",
+        { class: "mcp", dataset: { name } },
+        el("strong", { text: name }),
+        " ",
+        el("span", { class: "badge", dataset: { mcp: state.status }, text: state.status }),
+        " ",
+        el("span", { class: "muted", text: state.transport ?? "" }),
+        state.tools?.length
+          ? el("p", {
+              class: "mcp-tools",
+              text: state.tools.map((tool) => tool.slice(name.length + 2)).join(", "),
+            })
+          : null,
+        state.error ? el("p", { class: "error", text: state.error }) : null,
+      ),
+    ),
+  );
 }
 
 // The bound runner went on- or offline, or another tab bound one (`session.runner`, live

@@ -150,7 +150,7 @@ export class Transcript {
       el(
         "details",
         {},
-        el("summary", {}, el("span", { class: "tool-name", text: item.name }), status, duration),
+        el("summary", {}, ...this.toolName(item.name), status, duration),
         el("h4", { text: "Arguments" }),
         el("pre", { class: "call-args", text: args }),
         el("h4", { text: "Output" }),
@@ -162,6 +162,16 @@ export class Transcript {
     this.calls.set(key, entry);
     if (previous?.finishedAt) this.finish(entry, previous.finishedAt);
     return card;
+  }
+
+  // An MCP tool's card names its server as a badge, then the server's own tool name.
+  toolName(name) {
+    const server = [...(this.mcpServers ?? [])].find((server) => name.startsWith(`${server}__`));
+    if (!server) return [el("span", { class: "tool-name", text: name })];
+    return [
+      el("span", { class: "badge mcp-server", title: "MCP server", text: server }),
+      el("span", { class: "tool-name", text: name.slice(server.length + 2) }),
+    ];
   }
 
   attachOutput(item) {

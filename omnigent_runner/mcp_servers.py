@@ -1,0 +1,648 @@
+"""The runner's MCP client (mcp.md, "Lifecycle on the runner" and "Tools as the model
+sees them"): a session's MCP servers, started when it opens and stopped when it closes.
+
+The client is the official ``mcp`` SDK (:class:`mcp.Client` over ``stdio_client``,
+``streamable_http_client`` or ``sse_client``); it negotiates the protocol version and
+drives both ways a server asks a question (``elicitation/create`` mid-call on older
+versions, ``input_required`` results on the current one) through one callback, which
+this module hands to the turn's approval gate. The SDK is imported only when a session
+declares a server: importing it costs more than a second of CPU.
+
+Each connection lives in a task of its own (the SDK's context managers must be entered
+and left in one task); calls are made from the turn's task. A stdio server runs in its
+own process group with the workspace as its working directory and a minimal
+environment (the SDK's safe variables, the locale, and the declared ``env``), and on
+Linux under a parent-death signal, so a runner killed with ``SIGKILL`` leaves no server
+behind; its stdin closing is the second guard. Leaving the connection stops the whole
+process group (the SDK's shutdown: stdin closed, then ``SIGTERM``, then ``SIGKILL``).
+
+Django-free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal, TypeAlias
+from urllib.parse import urlsplit
+
+from omnigent_runner.mcp_spec import REDACTED, ExpansionError, McpServerSpec, expand, tool_name
+
+logger = logging.getLogger(__name__)
+
+ENV_ALLOWED_NAMES = "OMNIGENT_RUNNER_MCP_ENV"
+ENV_ALLOW_STDIO = "OMNIGENT_RUNNER_MCP_STDIO"
+ENV_ALLOW_PRIVATE_URLS = "OMNIGENT_RUNNER_MCP_PRIVATE_URLS"
+ENV_MAX_STARTS = "OMNIGENT_RUNNER_MCP_MAX_STARTS"
+ENV_START_TIMEOUT = "OMNIGENT_RUNNER_MCP_START_TIMEOUT_S"
+
+START_TIMEOUT_S = 20.0  # initialize + tools/list, per server (mcp.md)
+DEFAULT_MAX_STARTS = 8  # servers starting at once on one runner
+MAX_OUTPUT_BYTES = 256 * 1024
+_MAX_TOOLS_PAGES = 50
+_STOP_TIMEOUT_S = 10.0  # the SDK's own shutdown is bounded at about 6 s
+_STDERR_TAIL = 600
+# Variables a stdio server gets besides the SDK's defaults (HOME, LOGNAME, PATH, SHELL,
+# TERM, USER) and its declared env: the locale and where temporary files go.
+_EXTRA_SAFE_VARS = ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ")
+_FALSE_VALUES = frozenset({"0", "false", "no", "off"})
+
+Status: TypeAlias = Literal["starting", "ready", "failed", "stopped"]
+ElicitAction: TypeAlias = Literal["accept", "decline", "cancel"]
+# The turn's answer to a server's question: (action, content) for (message, schema).
+ElicitHandler: TypeAlias = Callable[
+    [str, dict[str, Any]], Awaitable[tuple[ElicitAction, dict[str, Any] | None]]
+]
+
+# Run by the runner's own Python before the server's command (Linux): the server gets
+# SIGKILL when the runner dies, however it dies; then it becomes the command (exec).
+_PDEATHSIG_LAUNCHER = (
+    "import ctypes,os,signal,sys\n"
+    "ctypes.CDLL(None,use_errno=True).prctl(1,signal.SIGKILL)\n"
+    "if os.getppid()!=int(sys.argv[1]):os._exit(1)\n"
+    "try:os.execvp(sys.argv[2],sys.argv[2:])\n"
+    "except OSError as e:sys.stderr.write(f'cannot run {sys.argv[2]!r}: {e}\\n');os._exit(127)\n"
+)
+
+
+@dataclass(frozen=True)
+class McpSettings:
+    """What the runner's operator allows (environment variables, docs/configuration.md)."""
+
+    allowed_env: frozenset[str] = frozenset()
+    allow_stdio: bool = True
+    allow_private_urls: bool = True
+    start_timeout_s: float = START_TIMEOUT_S
+    max_starts: int = DEFAULT_MAX_STARTS
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> McpSettings:
+        names = frozenset(
+            name.strip() for name in env.get(ENV_ALLOWED_NAMES, "").split(",") if name.strip()
+        )
+        try:
+            max_starts = max(1, int(env.get(ENV_MAX_STARTS, "") or DEFAULT_MAX_STARTS))
+        except ValueError:
+            max_starts = DEFAULT_MAX_STARTS
+        try:
+            start_timeout = float(env.get(ENV_START_TIMEOUT, "") or START_TIMEOUT_S)
+        except ValueError:
+            start_timeout = START_TIMEOUT_S
+        if not 0 < start_timeout <= 300:
+            start_timeout = START_TIMEOUT_S
+        return cls(
+            allowed_env=names,
+            allow_stdio=env.get(ENV_ALLOW_STDIO, "1").strip().lower() not in _FALSE_VALUES,
+            allow_private_urls=env.get(ENV_ALLOW_PRIVATE_URLS, "1").strip().lower()
+            not in _FALSE_VALUES,
+            max_starts=max_starts,
+            start_timeout_s=start_timeout,
+        )
+
+
+@dataclass(frozen=True)
+class McpTool:
+    """A server's tool as the model is offered it."""
+
+    name: str  # namespaced: <server>__<tool>
+    server: str
+    remote: str  # the server's own name for it
+    description: str
+    input_schema: dict[str, Any]
+
+    def definition(self) -> dict[str, Any]:
+        """The OpenAI function definition (the format of ``sys_os.tool_definitions``)."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.input_schema or {"type": "object", "properties": {}},
+            },
+        }
+
+
+class StartError(Exception):
+    """A server that cannot be started; the message is safe to show (no secret)."""
+
+
+@dataclass
+class McpServer:
+    """One declared server of one session: its connection, state and tools."""
+
+    spec: McpServerSpec
+    cwd: Path
+    settings: McpSettings
+    env: Mapping[str, str] = field(repr=False)
+    on_change: Callable[[], None] = lambda: None
+    status: Status = "stopped"
+    error: str | None = None
+    tools: list[McpTool] = field(default_factory=list)
+    last_attempt_turn: int = 0
+    _client: Any = field(default=None, repr=False)
+    _task: asyncio.Task[None] | None = field(default=None, repr=False)
+    _stop: asyncio.Event | None = field(default=None, repr=False)
+    _elicit: ElicitHandler | None = field(default=None, repr=False)
+    _call_timer: asyncio.Timeout | None = field(default=None, repr=False)
+    _errlog: IO[str] | None = field(default=None, repr=False)
+    _expanded: set[str] = field(default_factory=set, repr=False)  # values ${NAME} became
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def state(self) -> dict[str, Any]:
+        """This server's entry in ``session.mcp_status``."""
+        entry: dict[str, Any] = {
+            "status": self.status,
+            "transport": self.spec.transport,
+            "tools": [tool.name for tool in self.tools] if self.status == "ready" else [],
+        }
+        if self.error:
+            entry["error"] = self.error
+        return entry
+
+    # --- starting and stopping ----------------------------------------------------------
+
+    async def start(self) -> None:
+        """Connect (and for stdio, launch), then list the tools; never raises. Bounded
+        by ``settings.start_timeout_s``; a failure leaves ``status`` ``failed``."""
+        await self.stop(report=False)
+        self._set("starting", None)
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[list[McpTool]] = loop.create_future()
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(self._hold(ready, self._stop), name=f"mcp-{self.name}")
+        try:
+            async with asyncio.timeout(self.settings.start_timeout_s):
+                tools = await asyncio.shield(ready)
+        except TimeoutError:
+            await self.stop(report=False)
+            self._set(
+                "failed",
+                f"did not start within {self.settings.start_timeout_s:g} s "
+                "(initialize and tools/list)",
+            )
+            return
+        except StartError as exc:
+            await self.stop(report=False)
+            self._set("failed", str(exc))
+            return
+        except asyncio.CancelledError:
+            await asyncio.shield(self.stop(report=False))
+            raise
+        self.tools = tools
+        self._set("ready", None)
+
+    async def stop(self, *, report: bool = True) -> None:
+        """Leave the connection (stopping a stdio server's process group)."""
+        task, stop = self._task, self._stop
+        self._task = None
+        self._client = None
+        if stop is not None:
+            stop.set()
+        if task is not None and not task.done():
+            done, _ = await asyncio.wait([task], timeout=_STOP_TIMEOUT_S)
+            if not done:
+                task.cancel()
+                await asyncio.wait([task], timeout=_STOP_TIMEOUT_S)
+        self._close_errlog()
+        if report and self.status != "stopped":
+            self.tools = []
+            self._set("stopped", None)
+
+    async def _hold(self, ready: asyncio.Future[list[McpTool]], stop: asyncio.Event) -> None:
+        """The connection's task: enter the SDK client, list the tools, hold it until
+        ``stop``. Every failure is handed to ``ready`` as a :class:`StartError`."""
+        try:
+            from mcp import Client
+            from mcp_types import Implementation
+
+            client = Client(
+                self._transport(),  # a Transport: the client enters and leaves it
+                elicitation_callback=self._on_elicit,
+                client_info=Implementation(name="omnigent-runner", version="1"),
+                cache=None,
+            )
+            async with client:
+                tools = await self._list_tools(client)
+                self._client = client
+                if not ready.done():
+                    ready.set_result(tools)
+                await stop.wait()
+        except asyncio.CancelledError:
+            ready.cancel()
+            raise
+        except BaseException as exc:  # the SDK raises exception groups from task groups
+            message = self._describe(exc)
+            if not ready.done():
+                ready.set_exception(StartError(message))
+            elif not stop.is_set():
+                logger.warning("MCP server %s: connection ended: %s", self.name, message)
+                self._died(message)
+        finally:
+            self._client = None
+
+    @contextlib.asynccontextmanager
+    async def _transport(self) -> AsyncIterator[Any]:
+        """The SDK transport for the declaration, with ``${NAME}`` expanded."""
+        spec = self.spec
+        if spec.transport == "stdio":
+            async with self._stdio_transport() as streams:
+                yield streams
+            return
+        assert spec.url is not None
+        url = self._expand(spec.url)
+        headers = {key: self._expand(value) for key, value in spec.headers.items()}
+        await self._check_url(url)
+        if spec.transport == "sse":
+            from mcp.client.sse import sse_client
+
+            async with sse_client(url, headers=headers) as streams:
+                yield streams
+            return
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        async with create_mcp_http_client(headers=headers) as http:
+            async with streamable_http_client(url, http_client=http) as streams:
+                yield streams
+
+    def _stdio_transport(self) -> Any:
+        from mcp import StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        spec = self.spec
+        assert spec.command is not None
+        if not self.settings.allow_stdio:
+            raise StartError(
+                f"stdio MCP servers are turned off on this runner ({ENV_ALLOW_STDIO}=0)"
+            )
+        env = {name: self.env[name] for name in _EXTRA_SAFE_VARS if name in self.env}
+        for key, value in spec.env.items():
+            env[key] = self._expand(value)
+        command = self._resolve_command(spec.command)
+        args = list(spec.args)
+        if sys.platform.startswith("linux"):
+            args = ["-I", "-S", "-c", _PDEATHSIG_LAUNCHER, str(os.getpid()), command, *args]
+            command = sys.executable
+        self._errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+        params = StdioServerParameters(command=command, args=args, env=env, cwd=self.cwd)
+        return stdio_client(params, errlog=self._errlog)
+
+    def _expand(self, value: str) -> str:
+        try:
+            expanded = expand(value, allowed=self.settings.allowed_env, env=self.env)
+        except ExpansionError as exc:
+            raise StartError(str(exc)) from None
+        if expanded != value:
+            self._expanded.add(expanded)
+            self._expanded.update(
+                self.env[name] for name in self.settings.allowed_env if name in self.env
+            )
+        return expanded
+
+    def _resolve_command(self, command: str) -> str:
+        """The command's path (a relative path is the workspace's); a missing one is a
+        startup failure with a plain message rather than a spawn error."""
+        if os.sep in command or (os.altsep and os.altsep in command):
+            path = Path(command)
+            path = path if path.is_absolute() else self.cwd / path
+            if not os.access(path, os.X_OK) or not path.is_file():
+                raise StartError(f"command {command!r} does not exist or is not executable")
+            return str(path)
+        found = shutil.which(command, path=self.env.get("PATH") or os.defpath)
+        if found is None:
+            raise StartError(f"command {command!r} not found on the runner's PATH")
+        return found
+
+    async def _check_url(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise StartError("the url is not an http:// or https:// URL")
+        if self.settings.allow_private_urls:
+            return
+        host = parts.hostname
+        try:
+            infos = await asyncio.get_running_loop().getaddrinfo(host, None)
+        except (OSError, UnicodeError) as exc:
+            raise StartError(f"cannot resolve the server's host: {exc}") from None
+        for info in infos:
+            address = ipaddress.ip_address(info[4][0])
+            if not address.is_global:
+                raise StartError(
+                    f"the server's address is private and this runner refuses private "
+                    f"addresses ({ENV_ALLOW_PRIVATE_URLS}=0)"
+                )
+
+    async def _list_tools(self, client: Any) -> list[McpTool]:
+        allow = set(self.spec.tools) if self.spec.tools is not None else None
+        tools: list[McpTool] = []
+        cursor: str | None = None
+        for _ in range(_MAX_TOOLS_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            for tool in page.tools:
+                if allow is not None and tool.name not in allow:
+                    continue
+                tools.append(
+                    McpTool(
+                        name=tool_name(self.name, tool.name),
+                        server=self.name,
+                        remote=tool.name,
+                        description=tool.description or tool.title or "",
+                        input_schema=dict(tool.input_schema or {}),
+                    )
+                )
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return tools
+
+    def _describe(self, exc: BaseException) -> str:
+        """One line for a failure, with the tail of a stdio server's stderr."""
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        if isinstance(exc, StartError):
+            message = str(exc)
+        else:
+            message = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        tail = self._stderr_tail()
+        return self._scrub(f"{message} (stderr: {tail})" if tail else message)
+
+    def _scrub(self, text: str) -> str:
+        """``text`` without any header or env value, expanded or not, and without the
+        URL's credentials: error messages reach the log, the stream and the model."""
+        secrets = {*self.spec.headers.values(), *self.spec.env.values(), *self._expanded}
+        if self.spec.url:
+            parts = urlsplit(self.spec.url)
+            secrets |= {parts.password or "", parts.query}
+        for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
+            text = text.replace(secret, REDACTED)
+        return text
+
+    def _stderr_tail(self) -> str:
+        errlog = self._errlog
+        if errlog is None or errlog.closed:
+            return ""
+        try:
+            errlog.flush()
+            size = errlog.seek(0, os.SEEK_END)
+            errlog.seek(max(0, size - _STDERR_TAIL * 4))
+            text = errlog.read()
+        except (OSError, ValueError):
+            return ""
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        return " | ".join(lines[-3:])[-_STDERR_TAIL:]
+
+    def _close_errlog(self) -> None:
+        if self._errlog is not None:
+            with contextlib.suppress(OSError):
+                self._errlog.close()
+            self._errlog = None
+
+    def _set(self, status: Status, error: str | None) -> None:
+        self.status, self.error = status, error
+        if status != "ready":
+            self.tools = []
+        self.on_change()
+
+    def _died(self, message: str) -> None:
+        if self.status == "ready":
+            self._set("failed", f"exited: {message}")
+
+    # --- calls ----------------------------------------------------------------------------
+
+    async def call(
+        self,
+        tool: McpTool | None,
+        arguments: dict[str, Any],
+        *,
+        name: str = "",
+        elicit: ElicitHandler | None = None,
+    ) -> str:
+        """Call ``tool`` with ``arguments``; the output the model sees. Never raises but
+        ``CancelledError``; every failure is a ``{"error": ...}`` output."""
+        client = self._client
+        if client is None or self.status != "ready":
+            why = f": {self.error}" if self.error else ""
+            return _error(f"MCP server {self.name} is not running{why}")
+        if tool is None:
+            return _error(f"MCP server {self.name} offers no tool {name!r}")
+        from mcp import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
+        self._elicit = elicit
+        timer = asyncio.timeout(self.spec.timeout)
+        self._call_timer = timer
+        try:
+            async with timer:
+                result = await client.call_tool(tool.remote, arguments)
+        except TimeoutError:
+            if not timer.expired():
+                raise
+            return _error(f"MCP call timed out after {self.spec.timeout:g} s")
+        except MCPError as exc:
+            if exc.code == CONNECTION_CLOSED:
+                message = self._describe(exc)
+                self._died(message)
+                asyncio.get_running_loop().create_task(self._reap())
+                return _error(f"MCP server {self.name} exited: {message}")
+            return _error(f"MCP server {self.name}: {self._scrub(str(exc))}")
+        except Exception as exc:  # a transport failure, a result that does not validate
+            message = self._scrub(f"{type(exc).__name__}: {exc}")
+            logger.warning("MCP call %s failed: %s", tool.name, message)
+            return _error(f"MCP server {self.name}: {message}")
+        finally:
+            self._elicit = None
+            self._call_timer = None
+        return render_result(result)
+
+    async def _reap(self) -> None:
+        """After the server died: leave the dead connection (keeping the failure)."""
+        status, error = self.status, self.error
+        await self.stop(report=False)
+        self.status, self.error = status, error
+
+    async def _on_elicit(self, context: Any, params: Any) -> Any:
+        """The SDK's elicitation callback: a form question goes to the turn's gate,
+        with the call's own deadline stopped while a person thinks."""
+        from mcp_types import ElicitRequestFormParams, ElicitResult
+
+        handler = self._elicit
+        if handler is None or not isinstance(params, ElicitRequestFormParams):
+            return ElicitResult(action="decline")
+        timer = self._call_timer
+        deadline = timer.when() if timer is not None else None
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        if timer is not None and deadline is not None:
+            timer.reschedule(None)
+        try:
+            action, content = await handler(params.message, dict(params.requested_schema or {}))
+        finally:
+            if timer is not None and deadline is not None:
+                timer.reschedule(deadline + (loop.time() - began))
+        if action == "accept":
+            return ElicitResult(action="accept", content=content or {})
+        return ElicitResult(action=action)
+
+
+class McpHub:
+    """A session's MCP servers: started together, offered to the model, stopped together.
+
+    ``report`` receives the ``servers`` value of ``session.mcp_status`` on every change.
+    ``starts`` bounds how many servers start at once on the runner (shared by sessions).
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[McpServerSpec],
+        *,
+        cwd: Path,
+        settings: McpSettings,
+        env: Mapping[str, str],
+        report: Callable[[dict[str, dict[str, Any]]], None],
+        starts: asyncio.Semaphore,
+    ) -> None:
+        self._report = report
+        self._starts = starts
+        self._turns = 0
+        self._closed = False
+        self.servers = [
+            McpServer(spec=spec, cwd=cwd, settings=settings, env=env, on_change=self._changed)
+            for spec in specs
+        ]
+        self._opening: asyncio.Task[None] | None = None
+
+    def open(self) -> None:
+        """Start every server in the background (the first turn waits for them)."""
+        self._opening = asyncio.create_task(self._start(self.servers), name="mcp-open")
+
+    async def ready(self) -> None:
+        """Wait for the servers started by :meth:`open` (each is bounded)."""
+        if self._opening is not None:
+            await asyncio.shield(self._opening)
+
+    async def begin_turn(self) -> None:
+        """Wait for the opening starts; then restart each failed server, at most once per
+        turn (not on the first turn, which follows the opening start)."""
+        await self.ready()
+        self._turns += 1
+        again = [
+            server
+            for server in self.servers
+            if server.status in ("failed", "stopped")
+            and not (self._turns == 1 and server.last_attempt_turn == 0)
+            and server.last_attempt_turn < self._turns
+        ]
+        for server in again:
+            server.last_attempt_turn = self._turns
+        if again:
+            await self._start(again)
+
+    async def _start(self, servers: Sequence[McpServer]) -> None:
+        async def one(server: McpServer) -> None:
+            async with self._starts:
+                if not self._closed:
+                    await server.start()
+
+        await asyncio.gather(*(one(server) for server in servers))
+
+    def tools(self) -> list[McpTool]:
+        """The ready servers' tools, in declaration order, then each server's order."""
+        return [
+            tool for server in self.servers if server.status == "ready" for tool in server.tools
+        ]
+
+    def find(self, name: str) -> tuple[McpServer, McpTool | None] | None:
+        """The server a namespaced name belongs to, and its tool while it is offered
+        (None for a server that is not ready: its call then says why)."""
+        for server in self.servers:
+            for tool in server.tools:
+                if tool.name == name:
+                    return server, tool
+        for server in self.servers:
+            if name.startswith(f"{server.name}__"):
+                return server, None
+        return None
+
+    def owns(self, name: str) -> bool:
+        """Whether ``name`` is one of the servers' tools (or names one of the servers)."""
+        return self.find(name) is not None
+
+    def states(self) -> dict[str, dict[str, Any]]:
+        return {server.name: server.state() for server in self.servers}
+
+    async def close(self) -> None:
+        """Stop every server (in parallel); their process groups go with them."""
+        self._closed = True
+        if self._opening is not None and not self._opening.done():
+            self._opening.cancel()
+            await asyncio.wait([self._opening], timeout=_STOP_TIMEOUT_S)
+        await asyncio.gather(*(server.stop() for server in self.servers))
+
+    def _changed(self) -> None:
+        try:
+            self._report(self.states())
+        except Exception:
+            logger.exception("reporting the MCP servers' state failed")
+
+
+# --- results ------------------------------------------------------------------------------
+
+
+def render_result(result: Any) -> str:
+    """A ``CallToolResult`` as the model's output (mcp.md): text blocks joined by
+    newlines, an image as ``[image: <mime>, <n> bytes]``, ``Error: `` first for
+    ``isError``, cut past 256 KiB of UTF-8 with a note."""
+    parts: list[str] = []
+    for block in result.content or []:
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind in ("image", "audio"):
+            parts.append(f"[{kind}: {block.mime_type}, {_decoded_size(block.data)} bytes]")
+        elif kind == "resource":
+            resource = block.resource
+            text = getattr(resource, "text", None)
+            parts.append(text if isinstance(text, str) else f"[resource: {resource.uri}]")
+        elif kind == "resource_link":
+            parts.append(f"[resource: {block.uri}]")
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    text = "\n".join(parts)
+    if result.is_error:
+        text = "Error: " + text
+    return cut_output(text)
+
+
+def cut_output(text: str, limit: int = MAX_OUTPUT_BYTES) -> str:
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    kept = data[:limit].decode("utf-8", "ignore")
+    cut = len(data) - len(kept.encode("utf-8", "surrogatepass"))
+    return f"{kept}\n[output cut: {cut} more bytes of {len(data)}]"
+
+
+def _decoded_size(data: str) -> int:
+    try:
+        return len(base64.b64decode(data, validate=False))
+    except (binascii.Error, ValueError):
+        return len(data)
+
+
+def _error(message: str) -> str:
+    return json.dumps({"error": message}, ensure_ascii=False)

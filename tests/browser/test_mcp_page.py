@@ -1,0 +1,75 @@
+"""The session page with MCP servers (mcp.md, "What the server stores and shows"): the
+servers panel with state and tools, an MCP server's question as a form of its schema,
+and the call's card with its server as a badge. A real daphne, runner, mock LLM and the
+project's MCP test server behind Debian's chromium, as in test_web_page.py."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from testing.mockllm import MockLLMServer
+from testing.processes import Runner, Server, bind, create_session, send_message
+from tests.browser.test_web_page import ALICE, OS_ENV
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+SERVER = Path(__file__).resolve().parents[2] / "testing" / "mcp_server.py"
+TOOLS = (
+    "tools:\n"
+    f"  t:\n    type: mcp\n    command: {sys.executable}\n    args: [{json.dumps(str(SERVER))}]\n"
+)
+
+
+def test_servers_panel_question_form_and_server_badge(
+    browser: Any,
+    server: Server,
+    runner: Runner,
+    mock_llm: MockLLMServer,
+    make_bundle: Callable[..., bytes],
+) -> None:
+    session_id = create_session(server, make_bundle("mcp", extra=OS_ENV + TOOLS))
+    bind(server, session_id, runner.runner_id)
+    context = browser.new_context(extra_http_headers={"X-Forwarded-Email": ALICE})
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(f"{server.url}/s/{session_id}")
+    page.wait_for_selector("body[data-ready='1']")
+
+    mock_llm.configure(
+        [
+            {
+                "tool_calls": [
+                    {"call_id": "c1", "name": "t__confirm", "arguments": {"question": "Ship?"}}
+                ]
+            },
+            {"text": "Shipped."},
+        ]
+    )
+    send_message(server, session_id, "Ask me")
+    page.wait_for_selector(
+        "#mcp-servers li[data-name='t'] .badge[data-mcp='ready']", timeout=90_000
+    )
+    assert "echo" in page.locator("#mcp-servers .mcp-tools").inner_text()
+
+    card = page.wait_for_selector("#approvals li.approval", timeout=90_000)
+    assert card.query_selector(".approval-message").inner_text() == "Ship?"
+    page.locator("#approvals .mcp-form input[type=checkbox]").check()
+    page.locator("#approvals .mcp-form input[type=text]").fill("from the page")
+    page.locator("#approvals button.approve").click()
+    page.wait_for_selector("#status[data-status=idle]", timeout=60_000)
+
+    tool = page.locator("#transcript li.entry.tool").first
+    assert tool.locator(".badge.mcp-server").inner_text() == "t"
+    assert tool.locator(".tool-name").inner_text() == "confirm"
+    tool.locator("summary").click()
+    output = tool.locator(".call-output").inner_text()
+    assert output == "accepted: confirm=True note=from the page"
+    assert errors == []
+    context.close()
