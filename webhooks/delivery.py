@@ -406,10 +406,17 @@ def wake() -> None:
 async def deliver_forever() -> None:
     """The process-wide loop (``on_serve``): rounds on every wake-up and every
     ``OMNIGENT_WEBHOOK_POLL_S``, until cancelled."""
+    await serve(Worker(), poll_s=float(settings.OMNIGENT_WEBHOOK_POLL_S))
+
+
+async def serve(worker: Worker, *, poll_s: float) -> None:
+    """Run ``worker`` as this process's worker (the one ``wake`` reaches)."""
     global _worker, _loop
-    _worker, _loop = Worker(), asyncio.get_running_loop()
+    _worker, _loop = worker, asyncio.get_running_loop()
     try:
-        await _worker.run(poll_s=float(settings.OMNIGENT_WEBHOOK_POLL_S))
+        await worker.run(poll_s=poll_s)
     finally:
-        await _worker.sender.aclose()
-        _worker = None
+        await worker.drain(deadline_s=1.0)
+        await worker.sender.aclose()
+        if _worker is worker:
+            _worker = None
