@@ -17,13 +17,12 @@ from rest_framework.test import APIClient
 from standardwebhooks.webhooks import Webhook as Verifier
 
 from omnigent_site.users import get_or_create_user
+from testing.webhook_receiver import WebhookReceiver as Receiver
 from tests.api.conftest import ALICE, BOB
 from webhook_outbox.events import enqueue_webhook_event
 from webhooks import delivery, fanout, services
 from webhooks.delivery import Claimed, Outcome, Sender, claim_due, record_outcome
 from webhooks.models import Delivery, DeliveryAttempt, Webhook
-
-from .conftest import Receiver
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(60)]
 

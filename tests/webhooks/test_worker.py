@@ -9,11 +9,10 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from omnigent_site.users import get_or_create_user
+from testing.webhook_receiver import WebhookReceiver as Receiver
 from tests.api.conftest import ALICE
 from webhooks import delivery, services
 from webhooks.models import Delivery
-
-from .conftest import Receiver
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(60)]
 
