@@ -96,6 +96,10 @@ def claim_due(*, now: datetime, limit: int) -> list[Claimed]:
     of this process. Deliveries whose owner lost access end ``failed`` unsent."""
     if limit <= 0:
         return []
+    due = Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now)
+    # A plain read first: an idle process takes no write lock (SQLite has one).
+    if not due.exists():
+        return []
     with transaction.atomic():
         rows = list(
             Delivery.objects.filter(

@@ -34,6 +34,7 @@ from tests.e2e.conftest import _dump_logs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
+EVENTS = 40
 LOCAL_RECEIVERS = {"OMNIGENT_WEBHOOK_ALLOW_HTTP": "1", "OMNIGENT_WEBHOOK_ALLOW_PRIVATE": "1"}
 
 
@@ -94,8 +95,8 @@ def test_two_processes_send_each_event_once(
         REDIS_URL=redis_url,
         OMNIGENT_CHANNEL_PREFIX=f"omnigent-e2e-{Path(tmp_path).name}",
         OMNIGENT_DATA_DIR=str(tmp_path / "data"),
-        # Both processes look for work every 20 ms: they race for the same rows.
-        OMNIGENT_WEBHOOK_POLL_S="0.02",
+        # Both processes look for work every 50 ms: they race for the same rows.
+        OMNIGENT_WEBHOOK_POLL_S="0.05",
         **LOCAL_RECEIVERS,
     )
     migrate(env, tmp_path)
@@ -107,14 +108,14 @@ def test_two_processes_send_each_event_once(
         sent = []
         clients = [server.client() for server in servers]
         try:
-            for number in range(100):
+            for number in range(EVENTS):
                 response = clients[number % 2].post(f"/v1/webhooks/{hook['id']}/test")
                 assert response.status_code == 202, response.text
                 sent.append(response.json()["event_id"])
         finally:
             for client in clients:
                 client.close()
-        receiver.wait_for(100, timeout=60)
+        receiver.wait_for(EVENTS, timeout=60)
         arrived = Counter(json.loads(got.body)["id"] for got in receiver.requests)
         assert set(arrived) == set(sent)
         assert [event for event, count in arrived.items() if count > 1] == []
