@@ -12,6 +12,7 @@ from django.urls import path, re_path
 
 from . import (
     approval_views,
+    audit_views,
     change_views,
     elicitation_views,
     file_views,
@@ -153,6 +154,8 @@ urlpatterns = [
     path("agents/<str:agent_id>", views.AgentDetailView.as_view(), name="agent-detail"),
     # Me.
     path("me", views.MeView.as_view(), name="me"),
+    # The audit log.
+    path("audit", audit_views.AuditListView.as_view(), name="audit-list"),
     # The API's root and documents.
     path("", ApiRootView.as_view(), name="api-root"),
     path("schema", SchemaView.as_view(), name="schema"),

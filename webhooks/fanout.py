@@ -76,7 +76,9 @@ def fan_out(*, now: datetime, limit: int = FAN_OUT_BATCH) -> int:
         received: set[str] = set()
         for event in events:
             for webhook in webhooks:
-                if not webhook.receives(event.type):
+                # A webhook hears what happens after it exists, not the backlog that
+                # waited for this pass.
+                if not webhook.receives(event.type) or webhook.created_at > event.created_at:
                     continue
                 if not may_receive(
                     webhook, event, readers=readers, admin=webhook.owner_id in admins
