@@ -8,6 +8,7 @@ connection, and ``up()`` opens the same port again. Django-free.
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -26,8 +27,12 @@ class Received:
 
 
 class WebhookReceiver:
-    def __init__(self, *, host: str = "127.0.0.1", path: str = "/hook") -> None:
+    def __init__(
+        self, *, host: str = "127.0.0.1", path: str = "/hook", tls: ssl.SSLContext | None = None
+    ) -> None:
         self.host = host
+        # A server-side TLS context: the receiver speaks HTTPS.
+        self.tls = tls
         self.port = 0
         self.path = path
         self.status = 200
@@ -41,7 +46,8 @@ class WebhookReceiver:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}{self.path}"
+        scheme = "https" if self.tls is not None else "http"
+        return f"{scheme}://{self.host}:{self.port}{self.path}"
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         receiver = self
@@ -83,6 +89,8 @@ class WebhookReceiver:
         """Listen (on the same port as before, if it listened before)."""
         server = ThreadingHTTPServer((self.host, self.port), self._handler())
         server.daemon_threads = True
+        if self.tls is not None:
+            server.socket = self.tls.wrap_socket(server.socket, server_side=True)
         self.port = server.server_port
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, daemon=True)

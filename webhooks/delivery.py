@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import random
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -168,9 +169,11 @@ class Sender:
     (the host name goes in ``Host`` and in TLS's SNI and certificate check). One client
     per host name, so a TLS connection made for one name never carries another's."""
 
-    def __init__(self, *, max_clients: int = 64) -> None:
+    def __init__(self, *, max_clients: int = 64, verify: ssl.SSLContext | bool = True) -> None:
         self._clients: OrderedDict[str, httpx.AsyncClient] = OrderedDict()
         self._max_clients = max_clients
+        # The certificate authorities to trust (the system's; tests pass their own).
+        self._verify = verify
 
     def _client(self, host: str) -> httpx.AsyncClient:
         client = self._clients.pop(host, None)
@@ -178,6 +181,7 @@ class Sender:
             client = httpx.AsyncClient(
                 follow_redirects=False,
                 trust_env=False,
+                verify=self._verify,
                 timeout=httpx.Timeout(timeout_s()),
                 limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
             )

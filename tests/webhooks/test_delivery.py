@@ -241,3 +241,63 @@ def test_redeliver_adds_an_attempt_with_the_same_id(hook: Webhook, receiver: Rec
     assert again is not None and again.status == "delivered" and again.attempts == 2
     first, second = receiver.wait_for(2)
     assert first.headers["webhook-id"] == second.headers["webhook-id"]
+
+
+@pytest.fixture
+def tls_receiver(tmp_path: Any) -> Any:
+    """An HTTPS receiver whose certificate names ``receiver.example.com`` only."""
+    import ssl
+    import subprocess
+
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=receiver.example.com",
+         "-addext", "subjectAltName=DNS:receiver.example.com"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    server_side = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_side.load_cert_chain(cert, key)
+    trusted = ssl.create_default_context(cafile=str(cert))
+    with Receiver(tls=server_side) as running:
+        yield running, trusted
+
+
+def test_tls_is_checked_against_the_host_name_not_the_address(
+    local_receivers_allowed: None, tls_receiver: Any, fake_dns: dict[str, list[str]]
+) -> None:
+    """The attempt connects to the checked address, and TLS (SNI and the certificate
+    check) uses the URL's host name: the right name passes, another name on the same
+    address fails."""
+    receiver, trusted = tls_receiver
+    fake_dns["receiver.example.com"] = ["127.0.0.1"]
+    fake_dns["impostor.example.com"] = ["127.0.0.1"]
+    owner = get_or_create_user(ALICE)
+    good = services.create_webhook(
+        owner=owner, url=f"https://receiver.example.com:{receiver.port}/hook", events=["*"]
+    )
+    bad = services.create_webhook(
+        owner=owner, url=f"https://impostor.example.com:{receiver.port}/hook", events=["*"]
+    )
+    services.send_test(webhook=good)
+    services.send_test(webhook=bad)
+    now = timezone.now()
+    fanout.fan_out(now=now)
+    claimed = claim_due(now=now, limit=10)
+
+    async def send_all() -> list[Outcome]:
+        sender = Sender(verify=trusted)
+        try:
+            return [await sender.send(one, now=now) for one in claimed]
+        finally:
+            await sender.aclose()
+
+    outcomes = {
+        one.webhook_id: outcome
+        for one, outcome in zip(claimed, asyncio.run(send_all()), strict=True)
+    }
+    assert outcomes[good.id].status_code == 200
+    assert outcomes[bad.id].status_code is None
+    assert "certificate" in outcomes[bad.id].error.lower(), outcomes[bad.id].error
+    [got] = receiver.wait_for(1)
+    assert got.headers["host"] == f"receiver.example.com:{receiver.port}"
