@@ -37,6 +37,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from omnigent_site.users import is_admin
+from webhook_outbox.models import WebhookEvent
 
 from . import fanout, ssrf
 from .models import Delivery, DeliveryAttempt, Webhook
@@ -331,6 +332,27 @@ def _count_failed_event(webhook_id: str) -> None:
         _disable(webhook_id, f"{failures} events in a row failed to deliver")
 
 
+# --- retention --------------------------------------------------------------------------
+
+PRUNE_EVERY_S = 3600.0
+
+
+def prune(*, now: datetime) -> int:
+    """Delete deliveries finished longer than ``OMNIGENT_WEBHOOK_RETENTION_DAYS`` ago
+    (with their attempts), then the events left without a delivery; returns the rows
+    deleted with the deliveries. Pending deliveries are kept, however old."""
+    cutoff = now - timedelta(days=float(settings.OMNIGENT_WEBHOOK_RETENTION_DAYS))
+    deleted, _ = (
+        Delivery.objects.filter(updated_at__lt=cutoff)
+        .exclude(status=Delivery.Status.PENDING)
+        .delete()
+    )
+    WebhookEvent.objects.filter(
+        dispatched=True, created_at__lt=cutoff, deliveries__isnull=True
+    ).delete()
+    return int(deleted)
+
+
 # --- the worker -------------------------------------------------------------------------
 
 
@@ -384,8 +406,15 @@ class Worker:
             await asyncio.wait(set(self.in_flight), timeout=deadline_s)
 
     async def run(self, *, poll_s: float) -> None:
+        pruned_at = time.monotonic()
         while True:
             self.woken.clear()
+            if time.monotonic() - pruned_at >= PRUNE_EVERY_S:
+                pruned_at = time.monotonic()
+                try:
+                    await database_sync_to_async(prune)(now=self.clock())
+                except Exception:
+                    log.exception("could not prune old webhook deliveries")
             try:
                 more = await self.step()
             except Exception:

@@ -20,6 +20,7 @@ from omnigent_site.users import get_or_create_user
 from testing.webhook_receiver import WebhookReceiver as Receiver
 from tests.api.conftest import ALICE, BOB
 from webhook_outbox.events import enqueue_webhook_event
+from webhook_outbox.models import WebhookEvent
 from webhooks import delivery, fanout, services
 from webhooks.delivery import Claimed, Outcome, Sender, claim_due, record_outcome
 from webhooks.models import Delivery, DeliveryAttempt, Webhook
@@ -301,3 +302,17 @@ def test_tls_is_checked_against_the_host_name_not_the_address(
     assert "certificate" in outcomes[bad.id].error.lower(), outcomes[bad.id].error
     [got] = receiver.wait_for(1)
     assert got.headers["host"] == f"receiver.example.com:{receiver.port}"
+
+
+def test_finished_deliveries_are_pruned_after_the_retention(
+    hook: Webhook, receiver: Receiver
+) -> None:
+    services.send_test(webhook=hook)
+    services.send_test(webhook=hook)
+    [done, _] = deliver_round(timezone.now())
+    assert done is not None
+    Delivery.objects.exclude(pk=done.pk).update(status="pending", next_attempt_at=None)
+    later = timezone.now() + timedelta(days=8)
+    assert delivery.prune(now=later) == 2  # the delivery and its attempt
+    assert list(Delivery.objects.values_list("status", flat=True)) == ["pending"]
+    assert WebhookEvent.objects.count() == 1
