@@ -24,15 +24,15 @@ import logging
 import random
 import ssl
 import time
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import httpx
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -263,19 +263,43 @@ def _disable(webhook_id: str, reason: str) -> None:
 def record_outcome(
     *, claimed: Claimed, outcome: Outcome, now: datetime, rng: random.Random
 ) -> Delivery | None:
-    """Store an attempt's result and decide what comes next. Nothing is stored when
-    the delivery is gone or another attempt claimed it since (its claim expired)."""
+    """``record_outcomes`` for one attempt."""
+    return record_outcomes([(claimed, outcome)], now=now, rng=rng)[0]
+
+
+def record_outcomes(
+    batch: Sequence[tuple[Claimed, Outcome]], *, now: datetime, rng: random.Random
+) -> list[Delivery | None]:
+    """Store the results of attempts and decide what comes next for each, in one
+    transaction. Nothing is stored for a delivery that is gone or that another attempt
+    claimed since (its claim expired): its entry is None."""
+    if not batch:
+        return []
     with transaction.atomic():
-        row = (
-            Delivery.objects.select_for_update()
-            .filter(pk=claimed.delivery_id, attempts=claimed.attempt)
-            .first()
-        )
-        if row is None:
-            return None
-        try:
-            with transaction.atomic():
-                DeliveryAttempt.objects.create(
+        rows = {
+            row.pk: row
+            for row in Delivery.objects.select_for_update(of=("self",))
+            .select_related("webhook")
+            .filter(pk__in=[claimed.delivery_id for claimed, _ in batch])
+        }
+        results: list[Delivery | None] = []
+        attempts: list[DeliveryAttempt] = []
+        changed: list[Delivery] = []
+        # Per webhook: whether a delivery succeeded in this batch, and the failed events
+        # counted after the last success.
+        reset: set[str] = set()
+        failed_events: Counter[str] = Counter()
+        gone: set[str] = set()
+        stamp = timezone.now()
+        for claimed, outcome in batch:
+            row = rows.get(claimed.delivery_id)
+            # Gone, claimed again since, or this attempt's outcome already stored.
+            stale = row is None or row.attempts != claimed.attempt or row.claimed_until is None
+            if row is None or stale or row in changed:
+                results.append(None)
+                continue
+            attempts.append(
+                DeliveryAttempt(
                     delivery=row,
                     number=claimed.attempt,
                     started_at=outcome.started_at,
@@ -283,33 +307,36 @@ def record_outcome(
                     error=outcome.error,
                     latency_ms=outcome.latency_ms,
                 )
-        except IntegrityError:
-            return None
-        row.last_status_code = outcome.status_code
-        row.last_error = outcome.error
-        row.latency_ms = outcome.latency_ms
-        row.claimed_until = None
-        if outcome.delivered:
-            row.status = Delivery.Status.DELIVERED
-            row.next_attempt_at = None
-            Webhook.objects.filter(pk=row.webhook_id, consecutive_failures__gt=0).update(
-                consecutive_failures=0
             )
-        elif outcome.status_code == 410:
-            row.status = Delivery.Status.FAILED
-            row.next_attempt_at = None
-            _disable(row.webhook_id, "the receiver answered 410 Gone")
-        else:
-            delays = retry_delays()
-            if delays and row.attempts < len(delays) + 1 + row.extra_attempts:
-                delay = delays[min(row.attempts, len(delays)) - 1]
-                row.next_attempt_at = now + jittered(delay, rng)
-            else:
+            row.last_status_code = outcome.status_code
+            row.last_error = outcome.error
+            row.latency_ms = outcome.latency_ms
+            row.claimed_until = None
+            row.updated_at = stamp
+            if outcome.delivered:
+                row.status = Delivery.Status.DELIVERED
+                row.next_attempt_at = None
+                reset.add(row.webhook_id)
+                failed_events.pop(row.webhook_id, None)
+            elif outcome.status_code == 410:
                 row.status = Delivery.Status.FAILED
                 row.next_attempt_at = None
-                _count_failed_event(row.webhook_id)
-        row.save(
-            update_fields=[
+                gone.add(row.webhook_id)
+            else:
+                delays = retry_delays()
+                if delays and row.attempts < len(delays) + 1 + row.extra_attempts:
+                    delay = delays[min(row.attempts, len(delays)) - 1]
+                    row.next_attempt_at = now + jittered(delay, rng)
+                else:
+                    row.status = Delivery.Status.FAILED
+                    row.next_attempt_at = None
+                    failed_events[row.webhook_id] += 1
+            changed.append(row)
+            results.append(row)
+        DeliveryAttempt.objects.bulk_create(attempts, ignore_conflicts=True)
+        Delivery.objects.bulk_update(
+            changed,
+            [
                 "status",
                 "last_status_code",
                 "last_error",
@@ -317,19 +344,31 @@ def record_outcome(
                 "claimed_until",
                 "next_attempt_at",
                 "updated_at",
-            ]
+            ],
         )
-    return row
+        to_reset = [
+            pk
+            for pk in reset - set(failed_events)
+            if any(r.webhook_id == pk and r.webhook.consecutive_failures for r in changed)
+        ]
+        if to_reset:
+            Webhook.objects.filter(pk__in=to_reset).update(consecutive_failures=0)
+        for webhook_id, count in failed_events.items():
+            _count_failed_events(webhook_id, count, after_success=webhook_id in reset)
+        for webhook_id in gone:
+            _disable(webhook_id, "the receiver answered 410 Gone")
+    return results
 
 
-def _count_failed_event(webhook_id: str) -> None:
-    Webhook.objects.filter(pk=webhook_id).update(consecutive_failures=F("consecutive_failures") + 1)
-    failures = (
+def _count_failed_events(webhook_id: str, count: int, *, after_success: bool) -> None:
+    failures = F("consecutive_failures") + count if not after_success else count
+    Webhook.objects.filter(pk=webhook_id).update(consecutive_failures=failures)
+    total = (
         Webhook.objects.filter(pk=webhook_id).values_list("consecutive_failures", flat=True).first()
     )
     limit = int(settings.OMNIGENT_WEBHOOK_DISABLE_AFTER)
-    if failures is not None and limit > 0 and failures >= limit:
-        _disable(webhook_id, f"{failures} events in a row failed to deliver")
+    if total is not None and limit > 0 and total >= limit:
+        _disable(webhook_id, f"{total} events in a row failed to deliver")
 
 
 # --- retention --------------------------------------------------------------------------
@@ -373,10 +412,18 @@ class Worker:
         self.concurrency = concurrency or int(settings.OMNIGENT_WEBHOOK_CONCURRENCY)
         self.sender = sender or Sender()
         self.in_flight: set[asyncio.Task[None]] = set()
+        # Outcomes of finished attempts, recorded together at the start of a round.
+        self.finished: list[tuple[Claimed, Outcome]] = []
         self.woken = asyncio.Event()
+
+    async def record(self) -> None:
+        batch, self.finished = self.finished, []
+        if batch:
+            await database_sync_to_async(record_outcomes)(batch, now=self.clock(), rng=self.rng)
 
     async def step(self) -> bool:
         """One round; True when there may be more to do at once."""
+        await self.record()
         taken = await database_sync_to_async(fanout.fan_out)(now=self.clock())
         room = self.concurrency - len(self.in_flight)
         claimed = await database_sync_to_async(claim_due)(now=self.clock(), limit=room)
@@ -393,17 +440,17 @@ class Worker:
     async def _attempt(self, claimed: Claimed) -> None:
         try:
             outcome = await self.sender.send(claimed, now=self.clock())
-            await database_sync_to_async(record_outcome)(
-                claimed=claimed, outcome=outcome, now=self.clock(), rng=self.rng
-            )
         except Exception:
             # The claim expires and the attempt is retried.
             log.exception("could not deliver %s", claimed.delivery_id)
+            return
+        self.finished.append((claimed, outcome))
 
     async def drain(self, *, deadline_s: float) -> None:
-        """Wait for the attempts in flight (tests and the benchmark)."""
+        """Wait for the attempts in flight and record their outcomes."""
         if self.in_flight:
             await asyncio.wait(set(self.in_flight), timeout=deadline_s)
+        await self.record()
 
     async def run(self, *, poll_s: float) -> None:
         pruned_at = time.monotonic()

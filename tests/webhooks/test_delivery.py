@@ -316,3 +316,23 @@ def test_finished_deliveries_are_pruned_after_the_retention(
     assert delivery.prune(now=later) == 2  # the delivery and its attempt
     assert list(Delivery.objects.values_list("status", flat=True)) == ["pending"]
     assert WebhookEvent.objects.count() == 1
+
+
+def test_outcomes_are_recorded_together(hook: Webhook, receiver: Receiver) -> None:
+    receiver.answer = lambda got: 500 if len(receiver.requests) == 0 else 200
+    for _ in range(3):
+        services.send_test(webhook=hook)
+    now = timezone.now()
+    fanout.fan_out(now=now)
+    claimed = claim_due(now=now, limit=10)
+    outcomes = [asyncio.run(_send_all([one], now))[0] for one in claimed]
+    rows = delivery.record_outcomes(
+        list(zip(claimed, outcomes, strict=True)), now=now, rng=random.Random(1)
+    )
+    assert [row.status for row in rows if row] == ["pending", "delivered", "delivered"]
+    assert DeliveryAttempt.objects.count() == 3
+    # Recording the same attempts again changes nothing (each outcome is stored once).
+    again = delivery.record_outcomes(
+        list(zip(claimed, outcomes, strict=True)), now=now, rng=random.Random(1)
+    )
+    assert again == [None, None, None]
