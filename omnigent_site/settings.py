@@ -417,6 +417,8 @@ OMNIGENT_WEBHOOK_RETRY_S = [
 OMNIGENT_WEBHOOK_DISABLE_AFTER = max(0, env_int("OMNIGENT_WEBHOOK_DISABLE_AFTER", 20))
 # How often each server process looks for events written by other processes.
 OMNIGENT_WEBHOOK_POLL_S = max(0.05, env_float("OMNIGENT_WEBHOOK_POLL_S", 1.0))
+# Finished deliveries (and their events) are deleted after this many days.
+OMNIGENT_WEBHOOK_RETENTION_DAYS = max(0.0, env_float("OMNIGENT_WEBHOOK_RETENTION_DAYS", 7.0))
 # Attempts in flight per server process.
 OMNIGENT_WEBHOOK_CONCURRENCY = max(1, env_int("OMNIGENT_WEBHOOK_CONCURRENCY", 32))
 OMNIGENT_APPROVAL_SWEEP_S = env_float("OMNIGENT_APPROVAL_SWEEP_S", 5.0)

@@ -109,6 +109,12 @@ def runners_page(request: HttpRequest) -> HttpResponse:
     return _page(request, "web/runners.html", name="runners")
 
 
+@with_page_headers
+@signed_in
+def webhooks_page(request: HttpRequest) -> HttpResponse:
+    return _page(request, "web/webhooks.html", name="webhooks")
+
+
 class SignInView(LoginView):
     """Django's login form, on a page with the same headers as the others."""
 

@@ -58,6 +58,9 @@ def may_receive(
 def fan_out(*, now: datetime, limit: int = FAN_OUT_BATCH) -> int:
     """Give up to ``limit`` undispatched events their delivery rows; returns how many
     events were taken."""
+    # A plain read first: an idle process takes no write lock (SQLite has one).
+    if not WebhookEvent.objects.filter(dispatched=False).exists():
+        return 0
     with transaction.atomic():
         events = list(
             WebhookEvent.objects.filter(dispatched=False)
