@@ -7,6 +7,7 @@ urlpatterns = [
     path("new", views.new_session_page, name="web-new-session"),
     path("s/<str:session_id>", views.session_page, name="web-session"),
     path("runners", views.runners_page, name="web-runners"),
+    path("schedules", views.schedules_page, name="web-schedules"),
     path("signin", views.SignInView.as_view(), name="web-signin"),
     path("signout", views.sign_out, name="web-signout"),
 ]

@@ -109,6 +109,12 @@ def runners_page(request: HttpRequest) -> HttpResponse:
     return _page(request, "web/runners.html", name="runners")
 
 
+@with_page_headers
+@signed_in
+def schedules_page(request: HttpRequest) -> HttpResponse:
+    return _page(request, "web/schedules.html", name="schedules")
+
+
 class SignInView(LoginView):
     """Django's login form, on a page with the same headers as the others."""
 

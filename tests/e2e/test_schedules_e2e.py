@@ -119,13 +119,14 @@ def test_two_processes_fire_each_occurrence_once(
     runner is online, so each run is skipped with that reason, after its claim)."""
     first, second = two_servers
     agent_id = upload_agent(first, make_bundle("twins"))
-    rule, _ = due_in(4)
+    rule, at = due_in(15)  # room to create them all first on a loaded machine
     tasks = [create_task((first, second)[i % 2], agent_id, rule) for i in range(12)]
+    assert all(datetime.fromisoformat(task["next_run_at"]) == at for task in tasks)
 
     def all_ran() -> bool:
         return all(runs(first, task["id"]) for task in tasks)
 
-    wait_until(all_ran, deadline_s=30, what="every task's run")
+    wait_until(all_ran, deadline_s=60, what="every task's run")
     for task in tasks:
         found = runs(second, task["id"])
         assert len(found) == 1, found
