@@ -17,6 +17,7 @@ from . import (
     elicitation_views,
     file_views,
     runner_views,
+    schedule_views,
     session_views,
     stream_views,
     updates_views,
@@ -152,6 +153,32 @@ urlpatterns = [
     # Agents.
     path("agents", views.AgentListView.as_view(), name="agent-list"),
     path("agents/<str:agent_id>", views.AgentDetailView.as_view(), name="agent-detail"),
+    # Scheduled tasks (automation.md).
+    path(
+        "scheduled-tasks",
+        schedule_views.ScheduledTaskListView.as_view(),
+        name="scheduled-task-list",
+    ),
+    path(
+        "scheduled-tasks/preview",
+        schedule_views.ScheduledTaskPreviewView.as_view(),
+        name="scheduled-task-preview",
+    ),
+    path(
+        "scheduled-tasks/<str:task_id>",
+        schedule_views.ScheduledTaskDetailView.as_view(),
+        name="scheduled-task-detail",
+    ),
+    path(
+        "scheduled-tasks/<str:task_id>/runs",
+        schedule_views.ScheduledRunListView.as_view(),
+        name="scheduled-task-runs",
+    ),
+    path(
+        "scheduled-tasks/<str:task_id>/run",
+        schedule_views.ScheduledTaskRunView.as_view(),
+        name="scheduled-task-run",
+    ),
     # Me.
     path("me", views.MeView.as_view(), name="me"),
     # The audit log.

@@ -8,6 +8,7 @@ urlpatterns = [
     path("s/<str:session_id>", views.session_page, name="web-session"),
     path("runners", views.runners_page, name="web-runners"),
     path("webhooks", views.webhooks_page, name="web-webhooks"),
+    path("schedules", views.schedules_page, name="web-schedules"),
     path("signin", views.SignInView.as_view(), name="web-signin"),
     path("signout", views.sign_out, name="web-signout"),
 ]

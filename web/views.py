@@ -115,6 +115,12 @@ def webhooks_page(request: HttpRequest) -> HttpResponse:
     return _page(request, "web/webhooks.html", name="webhooks")
 
 
+@with_page_headers
+@signed_in
+def schedules_page(request: HttpRequest) -> HttpResponse:
+    return _page(request, "web/schedules.html", name="schedules")
+
+
 class SignInView(LoginView):
     """Django's login form, on a page with the same headers as the others."""
 

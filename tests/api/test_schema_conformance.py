@@ -42,6 +42,7 @@ from workspaces.services import apply_workspace_changes
 from .conformance_approvals import exercise_approvals
 from .conformance_files import exercise_fork, exercise_session_files
 from .conformance_webhooks import exercise_webhooks
+from .conformance_schedules import exercise_schedules
 from .conftest import ALICE, BOB, CAROL, upload
 from .workspace_conformance import exercise_workspace
 
@@ -700,6 +701,7 @@ def test_every_response_matches_its_documented_schema(
     exercise_runners(alice, bob, anon)
     exercise_webhooks(alice, bob, anon)
     exercise_audit(alice, anon)
+    exercise_schedules(carol, alice, anon, template)
     exercise_large_bodies(alice, template, session_id)
     exercise_hostile_input(alice, template, session_id)
     exercise_session_files(alice, bob, anon, session_id)
