@@ -44,6 +44,7 @@ from sessions.shapes import (
     MeOut,
     ResponseOut,
     ResponsePage,
+    SessionAgentOut,
     SessionCreatedOut,
     SessionListRowOut,
     SessionOut,
@@ -55,6 +56,7 @@ from sessions.shapes import (
     grant_set_body,
     me_body,
     response_body,
+    session_agent_body,
     session_body,
     session_created_body,
     session_list_row,
@@ -279,9 +281,9 @@ class SessionItemsView(SessionScopedMixin, APIView):
 class SessionAgentView(SessionScopedMixin, APIView):
     permission_classes = [IsAuthenticated, SessionAccess]
 
-    @extend_schema(responses={200: AgentOut, **error_responses(401, 404)})
+    @extend_schema(responses={200: SessionAgentOut, **error_responses(401, 404)})
     def get(self, request: Request, session_id: str) -> Response:
-        return Response(agent_body(self.session.agent))
+        return Response(session_agent_body(self.session))
 
 
 class ResponseListView(SessionScopedMixin, APIView):
@@ -376,7 +378,9 @@ class PermissionDetailView(SessionScopedMixin, APIView):
         }
     )
     def delete(self, request: Request, session_id: str, user_id: str) -> Response:
-        services.revoke_permission(session=self.session, user_id=user_id)
+        services.revoke_permission(
+            session=self.session, user_id=user_id, actor=request_user(request)
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -21,6 +21,7 @@ from omnigent_site.shapes import CursorPage, ErrorInfo, allows_extra_keys
 from omnigent_site.timeutil import unix
 
 from .approval_shapes import ElicitationRequestEvent, pending_elicitations
+from .mcp_shapes import McpServerOut, McpServerState, mcp_servers_body, mcp_states
 from .models import Agent, Approval, Item, Permission, Session, SessionFile, Turn
 
 UnixTime = Annotated[int, Doc("Unix seconds")]
@@ -59,6 +60,16 @@ def agent_body(agent: Agent) -> AgentOut:
         "model": agent.model or None,
         "version": agent.version,
     }
+
+
+class SessionAgentOut(AgentOut):
+    """A session's agent, with its MCP servers and their latest state (mcp.md)."""
+
+    mcp_servers: list[McpServerOut]
+
+
+def session_agent_body(session: Session) -> SessionAgentOut:
+    return {**agent_body(session.agent), "mcp_servers": mcp_servers_body(session)}
 
 
 class AgentPage(CursorPage[AgentOut]):
@@ -130,6 +141,9 @@ class SessionRowOut(TypedDict):
     title: str | None
     labels: dict[str, str]
     runner_id: str | None
+    runner_name: Annotated[
+        str | None, Doc("the bound runner's name (its id when it has none); null when none")
+    ]
     runner_online: Annotated[
         bool, Doc("whether the bound runner's tunnel is live; true when none is bound")
     ]
@@ -152,6 +166,10 @@ class SessionOut(SessionRowOut):
         list[ElicitationRequestEvent],
         Doc("the open questions' request payloads, oldest first (approvals.md)"),
     ]
+    mcp_servers: Annotated[
+        dict[str, McpServerState],
+        Doc("the MCP servers' latest state as the runner reported it (mcp.md)"),
+    ]
 
 
 def session_row(session: Session, *, level: int, pending_count: int | None = None) -> SessionRowOut:
@@ -171,6 +189,7 @@ def session_row(session: Session, *, level: int, pending_count: int | None = Non
         "title": session.title,
         "labels": session.labels or {},
         "runner_id": session.runner_id,
+        "runner_name": (runner.name or runner.id) if runner is not None else None,
         "runner_online": runner.online if runner is not None else True,
         "last_task_error": session.last_task_error,
         "active_response_id": session.active_response_id,
@@ -189,6 +208,7 @@ def session_body(
         **session_row(session, level=level, pending_count=len(requests)),
         "items": nested_items(items),
         "pending_elicitations": requests,
+        "mcp_servers": mcp_states(session),
     }
 
 
