@@ -70,6 +70,9 @@ class SessionExportView(SessionScopedMixin, APIView):
     )
     def get(self, request: Request, session_id: str) -> StreamingHttpResponse:
         with_files = query_flag(request.query_params, "files")
+        transfer.record_export(
+            session=self.session, user=request_user(request), with_files=with_files
+        )
         chunks = transfer.export_chunks(
             session=self.session, level=self.session_level, with_files=with_files
         )

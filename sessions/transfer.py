@@ -29,13 +29,15 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from audit import actions as audit_actions
+from audit import services as audit
 from omnigent_runner.json_text import loads
 from omnigent_site.domain_errors import InvalidInput, PayloadTooLarge
 from omnigent_site.ids import new_item_id
 from omnigent_site.rawsql import insert_rows
 from omnigent_site.timeutil import unix
 
-from . import file_store, files, updates
+from . import file_store, files, updates, webhook_events
 from .models import Agent, Item, Permission, Session, SessionFile, Turn
 from .services import normalise_initial_item
 from .shapes import session_file_body, session_row
@@ -70,6 +72,19 @@ def turn_line(turn: Turn) -> dict[str, Any]:
             "completed_at": unix(turn.completed_at),
         },
     }
+
+
+def record_export(*, session: Session, user: AuthUser, with_files: bool) -> None:
+    """The audit record of an export, written before its first byte leaves."""
+    with transaction.atomic():
+        audit.record(
+            actor=user,
+            action=audit_actions.SESSION_EXPORT,
+            target_type="session",
+            target_id=session.id,
+            session_id=session.id,
+            details={"files": with_files},
+        )
 
 
 def export_chunks(*, session: Session, level: int, with_files: bool) -> Iterator[bytes]:
@@ -408,7 +423,21 @@ def import_session(
             Permission.objects.create(session=session, user=user, level=Permission.Level.OWNER)
             file_ids = _store_files(upload, session=session, user=user, placed=stored)
             _store_rows(upload, session=session, plan=plan, file_ids=file_ids)
+            audit.record(
+                actor=user,
+                action=audit_actions.SESSION_IMPORT,
+                target_type="session",
+                target_id=session.id,
+                session_id=session.id,
+                details={
+                    "agent_id": agent.id,
+                    "items": plan.items,
+                    "files": len(file_ids),
+                    "reference_format": plan.reference,
+                },
+            )
             updates.announce_session(session_id=session.id, kind=updates.ADDED)
+            webhook_events.session_created(session)
     except BaseException:
         files.collect_blobs(stored)
         raise

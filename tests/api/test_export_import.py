@@ -296,3 +296,20 @@ async def test_export_streams_under_asgi(client_for, session) -> None:
     raw = b"".join([chunk async for chunk in response.streaming_content])
     kinds = [json.loads(line)["type"] for line in raw.splitlines()]
     assert kinds == ["session_meta", *["item"] * 5, "turn", "file"]
+
+
+def test_exports_and_imports_are_audited(client_for, session) -> None:
+    from audit.models import AuditRecord
+
+    lines = export(client_for(ALICE), session)
+    imported = do_import(client_for(ALICE), encode(lines)).json()["id"]
+    records = list(
+        AuditRecord.objects.filter(action__in=["session.export", "session.import"]).order_by("id")
+    )
+    assert [(r.action, r.actor, r.session_id) for r in records] == [
+        ("session.export", ALICE, session),
+        ("session.import", ALICE, imported),
+    ]
+    # A refused import leaves no record.
+    do_import(client_for(ALICE), b"nope\n")
+    assert AuditRecord.objects.filter(action="session.import").count() == 1
