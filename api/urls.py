@@ -2,7 +2,7 @@
 
 Order matters twice: Django tries routes top to bottom on every request, so the routes
 clients ask for most come first (a poller reads the snapshot many times a second and
-every turn starts with a message ``POST``); and ``sessions/updates`` must come before
+every turn starts with a message ``POST``); and ``sessions/updates`` (and ``sessions/import``) must come before
 ``sessions/<session_id>``, which would take ``updates`` for a session id. Past the hot
 routes, grouped by resource. ``tests/unit/test_api_urls.py`` checks that every ``/v1``
 view is defined in this package.
@@ -20,6 +20,7 @@ from . import (
     schedule_views,
     session_views,
     stream_views,
+    transfer_views,
     updates_views,
     views,
     webhook_views,
@@ -34,10 +35,13 @@ _ENVIRONMENT = f"{_SESSION}/resources/environments/<str:env>"
 urlpatterns = [
     # Hot routes first: the session-list stream, the snapshot, the message POST.
     path("sessions/updates", updates_views.SessionUpdatesView.as_view(), name="session-updates"),
+    # Before the snapshot too, which would take ``import`` for a session id.
+    path("sessions/import", transfer_views.SessionImportView.as_view(), name="session-import"),
     path(_SESSION, session_views.SessionDetailView.as_view(), name="session-detail"),
     path(f"{_SESSION}/events", session_views.SessionEventsView.as_view(), name="session-events"),
     # Sessions.
     path("sessions", views.SessionListView.as_view(), name="session-list"),
+    path(f"{_SESSION}/export", transfer_views.SessionExportView.as_view(), name="session-export"),
     path(f"{_SESSION}/agent", views.SessionAgentView.as_view(), name="session-agent"),
     path(f"{_SESSION}/fork", file_views.SessionForkView.as_view(), name="session-fork"),
     path(

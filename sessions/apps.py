@@ -38,3 +38,8 @@ class AgentSessionsConfig(AppConfig):
             r"^/v1/sessions/[^/]+/resources/files/?$",
             lambda: settings.OMNIGENT_MAX_UPLOAD_BYTES + settings.OMNIGENT_UPLOAD_OVERHEAD_BYTES,
         )
+        # An import has the same cap as an upload (lifecycle.md, Export and import).
+        limit_request_body(
+            r"^/v1/sessions/import/?$",
+            lambda: settings.OMNIGENT_MAX_UPLOAD_BYTES + settings.OMNIGENT_UPLOAD_OVERHEAD_BYTES,
+        )

@@ -41,6 +41,7 @@ from workspaces.services import apply_workspace_changes
 
 from .conformance_approvals import exercise_approvals
 from .conformance_files import exercise_fork, exercise_session_files
+from .conformance_transfer import exercise_transfer
 from .conformance_webhooks import exercise_webhooks
 from .conformance_schedules import exercise_schedules
 from .conftest import ALICE, BOB, CAROL, upload
@@ -706,6 +707,7 @@ def test_every_response_matches_its_documented_schema(
     exercise_hostile_input(alice, template, session_id)
     exercise_session_files(alice, bob, anon, session_id)
     exercise_fork(alice, anon, session_id)
+    exercise_transfer(alice, anon, session_id)
     exercise_deletes_and_identity(alice, bob, anon, session_id)
     exercise_cross_site_refusals(alice, conformance, other)
     exercise_rate_limits(alice, conformance, other)

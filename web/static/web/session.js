@@ -67,12 +67,27 @@ async function loadSnapshot() {
     approvals.loadVerdicts().catch(() => {});
     document.body.dataset.ready = "1";
     performance.mark("omnigent-session-ready");
+    showSearchHit();
   })();
   try {
     await loading;
   } finally {
     loading = null;
   }
+}
+
+// A search result opens the session at its match: `#item-<id>` (sessions.js).
+let hitShown = false;
+function showSearchHit() {
+  if (hitShown || !window.location.hash.startsWith("#item-")) return;
+  hitShown = true;
+  const itemId = decodeURIComponent(window.location.hash.slice("#item-".length));
+  const node = [...$("transcript").querySelectorAll("[data-id]")].find(
+    (entry) => entry.dataset.id === itemId,
+  );
+  if (!node) return;
+  node.classList.add("search-hit");
+  node.scrollIntoView({ block: "center" });
 }
 
 // The tab title leads with the number of questions waiting, "(1) title", so a question is
@@ -392,5 +407,7 @@ async function fork(responseId) {
   }
 }
 $("fork").addEventListener("click", () => fork(null));
+// The export with the session's files, as a download (lifecycle.md, Export and import).
+$("export").href = `${base}/export?files=1`;
 
 $("share").addEventListener("click", () => share.open().catch((error) => showError(errorNode, error)));
