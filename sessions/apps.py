@@ -17,7 +17,13 @@ class AgentSessionsConfig(AppConfig):
 
         # Registers the OpenAPI descriptions of the authentication classes.
         from omnigent_site import schema  # noqa: F401
-        from omnigent_site.runtime import limit_request_body
+        from omnigent_site.runtime import limit_request_body, on_serve
+
+        from .retention import retention_forever
+
+        # Retention runs in every server process, once per interval across them all
+        # (sessions/retention.py: the job's row is claimed).
+        on_serve(retention_forever)
 
         # An upload of a session file is cut off at the socket once it passes the cap
         # plus room for the multipart framing (files.md §1: never buffered whole).

@@ -41,6 +41,7 @@ SESSION_KEYS = {
     "permission_level",
     "pending_elicitations_count",
     "share_workspace_files",
+    "archived",
 }
 
 
