@@ -308,3 +308,21 @@ def test_turn_end_cancellation_and_expiry_are_recorded_without_a_person(
         (None, "expired"),
         (None, "cancelled"),
     ]
+
+
+@pytest.mark.postgres
+def test_the_postgres_trigger_refuses_deletes_except_the_retentions() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    if connection.vendor != "postgresql":
+        pytest.skip("runs on PostgreSQL (make test-postgres)")
+    audit_services.record(
+        actor=ALICE, action=actions.SESSION_DELETE, target_type="session", target_id="a"
+    )
+    with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("DELETE FROM audit_auditrecord")
+    cutoff = timezone.now() + timedelta(seconds=1)
+    assert audit_services.purge_older_than(cutoff=cutoff) == 1
+    assert AuditRecord.objects.count() == 0

@@ -179,3 +179,46 @@ def test_the_admin_shows_storage(client: Any, create_session: Any) -> None:
     assert b"1 events (" in detail.content
     totals = retention.storage_totals()
     assert totals["database_bytes"] and totals["events"] == 1
+
+
+def _on_postgres() -> None:
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("runs on PostgreSQL (make test-postgres)")
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(60)
+@pytest.mark.django_db(transaction=True)
+def test_two_workers_run_the_job_once_per_interval_on_postgres(settings: Any) -> None:
+    """Two server processes' workers, each on its own connection, race for the run of
+    each interval: exactly one of them runs it every time."""
+    import threading
+
+    from django.db import connection
+
+    _on_postgres()
+    settings.OMNIGENT_RETENTION_INTERVAL_S = 3600
+    start = timezone.now()
+    rounds = 10
+    barrier = threading.Barrier(2, timeout=20)
+    runs: dict[str, int] = {"a": 0, "b": 0}
+
+    def worker(name: str) -> None:
+        try:
+            for index in range(rounds):
+                barrier.wait()
+                now = start + index * timedelta(hours=1)
+                if retention.run_if_due(now=now, process=name) is not None:
+                    runs[name] += 1
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(name,)) for name in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+        assert not thread.is_alive()
+    assert runs["a"] + runs["b"] == rounds
