@@ -31,10 +31,11 @@ from omnigent_runner.protocol import (
 )
 from omnigent_site.domain_errors import Forbidden, InvalidInput
 from omnigent_site.users import get_or_create_user, is_admin
-from sessions import approvals, updates
+from sessions import approvals, runner_presence, updates
 from sessions.blobs import BundleMissing
 from sessions.eventlog import WriteUnit, publishing_together
 from sessions.models import Session, Turn
+from webhook_outbox.events import enqueue_webhook_event
 
 from . import runner_events
 from .models import Runner
@@ -48,6 +49,14 @@ log = logging.getLogger(__name__)
 
 # Refresh ``last_seen_at`` at most this often per tunnel: it bounds ``online``.
 SEEN_WRITE_INTERVAL_S = 5.0
+
+
+# --- webhook events (automation.md): written with the row change they report ------
+
+
+def _runner_event(kind: str, *, runner_id: str, owner_id: int) -> None:
+    """``runner.online`` / ``runner.offline`` for the runner owner's webhooks."""
+    enqueue_webhook_event(type=kind, data={"runner_id": runner_id}, owner_id=owner_id)
 
 
 # --- registration ---------------------------------------------------------------
@@ -86,6 +95,8 @@ def revoke_runner(*, runner: Runner, actor: AuthUser | None = None) -> None:
             target_id=runner.id,
             details={"name": runner.name, "owner": runner.owner.get_username()},
         )
+        if channel:
+            _runner_event("runner.offline", runner_id=runner.id, owner_id=runner.owner_id)
     if channel:
         async_to_sync(notify)(channel_name=channel, message=TunnelRevoked())
 
@@ -184,6 +195,9 @@ def mark_connected(
         )
         runner.refresh_from_db(fields=["generation"])
         updates.announce_runner_sessions(runner_id=runner_id)
+        runner_presence.announce_runner_state(runner_id=runner_id)
+        if not replaced:
+            _runner_event("runner.online", runner_id=runner_id, owner_id=runner.owner_id)
     return Connection(
         generation=runner.generation, replaced_channel=replaced if replaced != channel_name else ""
     )
@@ -201,6 +215,9 @@ def mark_disconnected(*, runner_id: str, generation: int) -> bool:
         )
         if updated:
             updates.announce_runner_sessions(runner_id=runner_id)
+            runner_presence.announce_runner_state(runner_id=runner_id)
+            owner_id = Runner.objects.filter(pk=runner_id).values_list("owner_id", flat=True)[0]
+            _runner_event("runner.offline", runner_id=runner_id, owner_id=owner_id)
     return bool(updated)
 
 
@@ -219,14 +236,21 @@ def release_tunnels(*, process_id: str) -> list[str]:
     died); returns the runner ids. Their busy sessions then wait out the reconnect
     grace like after any drop (``fail_stale_runners``)."""
     held = Runner.objects.filter(tunnel_process=process_id).exclude(channel_name="")
-    runner_ids = list(held.values_list("id", flat=True))
+    owners = dict(held.values_list("id", "owner_id"))
+    runner_ids = list(owners)
     if not runner_ids:
         return []
     with transaction.atomic():
         # A runner that reconnected meanwhile names another process: left alone.
-        held.filter(id__in=runner_ids).update(channel_name="", disconnected_at=timezone.now())
+        released = list(
+            held.filter(id__in=runner_ids).select_for_update().values_list("id", flat=True)
+        )
+        held.filter(id__in=released).update(channel_name="", disconnected_at=timezone.now())
         for runner_id in runner_ids:
             updates.announce_runner_sessions(runner_id=runner_id)
+            runner_presence.announce_runner_state(runner_id=runner_id)
+        for runner_id in released:
+            _runner_event("runner.offline", runner_id=runner_id, owner_id=owners[runner_id])
     return runner_ids
 
 
@@ -245,6 +269,9 @@ def restore_tunnels(*, process_id: str, held: Sequence[tuple[str, str, int]]) ->
             )
             if restored:
                 updates.announce_runner_sessions(runner_id=runner_id)
+                runner_presence.announce_runner_state(runner_id=runner_id)
+                owner_id = Runner.objects.filter(pk=runner_id).values_list("owner_id", flat=True)[0]
+                _runner_event("runner.online", runner_id=runner_id, owner_id=owner_id)
 
 
 def fail_sessions_after_grace(*, runner_id: str, generation: int) -> list[str]:
@@ -388,6 +415,7 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
         with transaction.atomic():
             Session.objects.filter(pk=session.pk).update(runner=None, updated_at=timezone.now())
             updates.announce_session(session_id=session.id)
+            runner_presence.announce_session_runner(session_id=session.id)
         if previous is not None and previous.channel_name:
             close_session_on_runner(session=session)
         session.refresh_from_db()
@@ -402,6 +430,7 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
             runner=runner, runner_generation_opened=0, updated_at=timezone.now()
         )
         updates.announce_session(session_id=session.id)
+        runner_presence.announce_session_runner(session_id=session.id)
     if previous is not None and previous.pk != runner.pk and previous.channel_name:
         close_session_on_runner(session=session, runner=previous)
     session.refresh_from_db()

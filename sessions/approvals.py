@@ -27,7 +27,7 @@ from audit import services as audit
 from omnigent_runner import protocol
 from omnigent_site.domain_errors import InvalidInput, NotFound
 
-from . import selectors, updates
+from . import selectors, updates, webhook_events
 from .approval_shapes import approval_message
 from .eventlog import WriteUnit, record_event
 from .models import Approval, Session, Turn
@@ -119,6 +119,7 @@ def record_requested(
         again = Approval.objects.get(session=session, response_id=turn.id, call_id=event.call_id)
         return Asked(_asked_again(again), False)
     record_event(session_id=session.id, payload=elicitation_request_event(approval), unit=unit)
+    webhook_events.approval_requested(approval)
     # Its list row counts open questions.
     updates.announce_session(session_id=session.id, unit=unit)
     return Asked(approval, created=True)
@@ -221,6 +222,7 @@ def _publish_resolved(approval: Approval, *, unit: WriteUnit | None = None) -> N
         unit=unit,
     )
     updates.announce_session(session_id=approval.session_id, unit=unit)
+    webhook_events.approval_resolved(approval)
 
 
 def _expire(pk: str, *, now: datetime) -> Approval | None:

@@ -102,6 +102,8 @@ class Session(models.Model):
     # Archived (lifecycle.md, Retention): hidden from the default list; set by hand
     # (``PATCH``) or after ``OMNIGENT_ARCHIVE_AFTER_DAYS`` idle; a message clears it.
     archived_at = models.DateTimeField(null=True, blank=True)
+    # The runner's latest ``session.mcp_status`` (mcp.md): server name -> state.
+    mcp_servers = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]

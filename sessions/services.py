@@ -17,7 +17,7 @@ from omnigent_site.ids import new_item_id
 from omnigent_site.json_input import UNSTORABLE_TEXT, has_unstorable_text
 from omnigent_site.users import get_or_create_user
 
-from . import blobs, files, updates
+from . import blobs, files, updates, webhook_events
 from .eventlog import publish_session_end
 from .models import Agent, Item, Permission, Session
 
@@ -37,7 +37,9 @@ def parse_uploaded_bundle(*, data: bytes) -> Bundle:
     try:
         return parse_bundle(data, max_yaml_bytes=settings.OMNIGENT_MAX_AGENT_YAML_BYTES)
     except BundleError as exc:
-        raise InvalidInput(str(exc), field="bundle") from exc
+        # A spec field at fault (an MCP declaration's ``tools.git.args``) is named too.
+        fields = {"bundle": str(exc), exc.field: str(exc)} if exc.field else None
+        raise InvalidInput(str(exc), field="bundle", fields=fields) from exc
 
 
 def _agent_from_bundle(*, bundle: Bundle, kind: str, user: AuthUser | None) -> Agent:
@@ -190,6 +192,7 @@ def create_session(
             ]
         )
         updates.announce_session(session_id=session.id, kind=updates.ADDED)
+        webhook_events.session_created(session)
     return session
 
 
@@ -263,6 +266,7 @@ def delete_session(
         )
         session.delete()
         updates.announce_removed(session_id=session_id, user_pks=watchers)
+        webhook_events.session_deleted(session_id=session_id, readers=watchers)
         if agent.kind == Agent.Kind.SESSION and not agent.sessions.exists():
             agent.delete()
         elif agent.deleted_at is not None and not agent.sessions.exists():

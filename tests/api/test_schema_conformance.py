@@ -41,6 +41,7 @@ from workspaces.services import apply_workspace_changes
 
 from .conformance_approvals import exercise_approvals
 from .conformance_files import exercise_fork, exercise_session_files
+from .conformance_webhooks import exercise_webhooks
 from .conftest import ALICE, BOB, CAROL, upload
 from .workspace_conformance import exercise_workspace
 
@@ -697,6 +698,7 @@ def test_every_response_matches_its_documented_schema(
     exercise_changes(alice, anon, session_id)
     exercise_workspace(alice, bob, anon, template)
     exercise_runners(alice, bob, anon)
+    exercise_webhooks(alice, bob, anon)
     exercise_audit(alice, anon)
     exercise_large_bodies(alice, template, session_id)
     exercise_hostile_input(alice, template, session_id)

@@ -35,12 +35,14 @@ SESSION_KEYS = {
     "title",
     "labels",
     "runner_id",
+    "runner_name",
     "runner_online",
     "last_task_error",
     "active_response_id",
     "permission_level",
     "pending_elicitations_count",
     "share_workspace_files",
+    "mcp_servers",
     "archived",
 }
 

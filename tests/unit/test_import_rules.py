@@ -29,6 +29,8 @@ PRODUCTION_APPS = (
     "sessions",
     "runners",
     "workspaces",
+    "webhooks",
+    "webhook_outbox",
     "audit",
     "web",
 )
@@ -116,6 +118,8 @@ def _fake_project(root: Path, modules: dict[str, str]) -> None:
         ("workspaces.selectors", "from runners import dispatch\n", "apps-in-one-direction"),
         ("omnigent_site.urls", "import sessions.selectors\n", "apps-in-one-direction"),
         ("runners.services", "import api.views\n", "apps-in-one-direction"),
+        ("webhook_outbox.events", "import sessions.models\n", "apps-in-one-direction"),
+        ("runners.runner_events", "import webhooks.delivery\n", "apps-in-one-direction"),
         ("audit.services", "import sessions.models\n", "apps-in-one-direction"),
         ("api.views", "import web.views\n", "apps-in-one-direction"),
         ("web.views", "from api import views\n", "apps-in-one-direction"),

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('agent_sessions', '0007_list_events'),
+        ('agent_sessions', '0009_merge_search_mcp'),
         ('runners', '0002_tunnel_process'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
