@@ -97,6 +97,44 @@ def _bundle(name: str) -> bytes:
     return build_bundle({"agent.yaml": agent_yaml(name)})
 
 
+def _webhook(client_for: Any, change: str) -> Any:
+    from django.test import override_settings
+
+    alice = client_for(ALICE)
+    with override_settings(OMNIGENT_WEBHOOK_ALLOW_HTTP=True, OMNIGENT_WEBHOOK_ALLOW_PRIVATE=True):
+        created = alice.post(
+            "/v1/webhooks", {"url": "http://127.0.0.1:9/hook", "events": ["*"]}, format="json"
+        )
+        if change == "created":
+            return created
+        AuditRecord.objects.all()._raw_delete(connection.alias)  # only this change counts
+        path = f"/v1/webhooks/{created.json()['id']}"
+        if change == "updated":
+            return alice.patch(path, {"description": "ci"}, format="json")
+        if change == "secret rotated":
+            return alice.post(f"{path}/rotate-secret")
+        return alice.delete(path)
+
+
+WEBHOOK_CHANGES = {"created": 201, "updated": 200, "secret rotated": 200, "deleted": 200}
+
+
+@pytest.mark.parametrize("change", list(WEBHOOK_CHANGES))
+def test_every_webhook_change_writes_one_record(change: str, client_for: Any) -> None:
+    response = _webhook(client_for, change)
+    assert response.status_code == WEBHOOK_CHANGES[change], response.content
+    record = AuditRecord.objects.get()
+    assert (record.action, record.actor, record.details["change"]) == (
+        actions.WEBHOOK_CHANGE,
+        ALICE,
+        change,
+    )
+    from webhooks.models import Webhook
+
+    for webhook in Webhook.objects.all():
+        assert webhook.secret not in json.dumps(record.details)
+
+
 ACTS: dict[str, tuple[Callable[[Any, str], Any], int]] = {
     actions.APPROVAL_VERDICT: (_resolve, 202),
     actions.PERMISSION_GRANT: (_grant, 200),
