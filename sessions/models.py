@@ -44,6 +44,10 @@ class Agent(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     # Deleting a template hides it; sessions created from it keep working.
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # Retention of this agent's sessions, set in the admin (lifecycle.md): null follows
+    # ``OMNIGENT_ARCHIVE_AFTER_DAYS`` / ``OMNIGENT_DELETE_ARCHIVED_AFTER_DAYS``; 0 never.
+    archive_after_days = models.PositiveIntegerField(null=True, blank=True)
+    delete_archived_after_days = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]

@@ -40,7 +40,7 @@ from django.utils import timezone
 from audit import services as audit
 
 from . import services
-from .models import Item, RetentionRun, Session, SessionEvent, SessionFile
+from .models import Agent, Item, RetentionRun, Session, SessionEvent, SessionFile
 
 log = logging.getLogger(__name__)
 
@@ -75,31 +75,50 @@ def _days(name: str) -> int:
     return max(int(getattr(settings, name)), 0)
 
 
+def _by_agent_setting(field: str, setting: str) -> list[tuple[Q, int]]:
+    """(which sessions, days) for each value of an agent's retention field in use: the
+    sessions of agents without one follow the server's setting. 0 days: never."""
+    groups = [(Q(**{f"agent__{field}__isnull": True}), _days(setting))]
+    values = (
+        Agent.objects.filter(**{f"{field}__isnull": False})
+        .values_list(field, flat=True)
+        .distinct()
+        .order_by()
+    )
+    groups += [(Q(**{f"agent__{field}": value}), int(value)) for value in values]
+    return [(which, days) for which, days in groups if days > 0]
+
+
 # --- the steps ------------------------------------------------------------------------
 
 
 def archive_idle(*, now: datetime, dry_run: bool) -> int:
-    """Archive the sessions idle for ``OMNIGENT_ARCHIVE_AFTER_DAYS``; returns how many.
+    """Archive the sessions idle for ``OMNIGENT_ARCHIVE_AFTER_DAYS`` (or their agent's
+    ``archive_after_days``); returns how many.
 
     Busy sessions (running, waiting) are left alone whatever their age. ``updated_at``
     does not move: the row shape (and so the ETag) carries ``archived``.
     """
-    days = _days("OMNIGENT_ARCHIVE_AFTER_DAYS")
-    if not days:
-        return 0
-    idle = Session.objects.filter(
-        archived_at__isnull=True,
-        updated_at__lt=now - timedelta(days=days),
-        status__in=(Session.Status.IDLE, Session.Status.FAILED),
-    )
-    return idle.count() if dry_run else idle.update(archived_at=now)
+    archived = 0
+    for which, days in _by_agent_setting("archive_after_days", "OMNIGENT_ARCHIVE_AFTER_DAYS"):
+        idle = Session.objects.filter(
+            which,
+            archived_at__isnull=True,
+            updated_at__lt=now - timedelta(days=days),
+            status__in=(Session.Status.IDLE, Session.Status.FAILED),
+        )
+        archived += idle.count() if dry_run else idle.update(archived_at=now)
+    return archived
 
 
 def _due_for_deletion(now: datetime) -> Any:
-    days = _days("OMNIGENT_DELETE_ARCHIVED_AFTER_DAYS")
-    if not days:
+    groups = _by_agent_setting("delete_archived_after_days", "OMNIGENT_DELETE_ARCHIVED_AFTER_DAYS")
+    if not groups:
         return None
-    return Session.objects.filter(archived_at__lt=now - timedelta(days=days))
+    due = Q()
+    for which, days in groups:
+        due |= which & Q(archived_at__lt=now - timedelta(days=days))
+    return Session.objects.filter(due)
 
 
 def delete_archived(*, now: datetime, dry_run: bool, report: Report) -> None:

@@ -20,7 +20,7 @@ from omnigent_site.users import get_or_create_user
 from runners import runner_events
 from sessions import retention
 from sessions.eventlog import record_event
-from sessions.models import FileBlob, Item, RetentionRun, Session, SessionEvent, SessionFile
+from sessions.models import Agent, FileBlob, Item, RetentionRun, Session, SessionEvent, SessionFile
 
 from .conftest import ALICE, assert_error
 from .files_helpers import post_file
@@ -149,6 +149,23 @@ def test_settings_at_zero_keep_everything(settings: Any, create_session: Any) ->
     report = retention.run(now=timezone.now())
     assert (report.archived_sessions, report.deleted_sessions) == (0, 0)
     assert Session.objects.filter(pk=idle).exists()
+
+
+def test_an_agent_s_own_retention_wins(days: Any, create_session: Any) -> None:
+    keep, quick, default = create_session(), create_session(), create_session()
+    Agent.objects.filter(sessions__pk=keep).update(archive_after_days=0)
+    Agent.objects.filter(sessions__pk=quick).update(
+        archive_after_days=5, delete_archived_after_days=1
+    )
+    for session_id in (keep, quick, default):
+        _idle_for(session_id, 10)
+    now = timezone.now()
+    assert retention.run(now=now).archived_sessions == 1
+    assert Session.objects.get(pk=quick).archived_at is not None
+    # A day later the quick agent's session goes; the others follow the server (60 days).
+    Session.objects.filter(pk=default).update(archived_at=now)
+    assert retention.run(now=now + 2 * DAY).deleted_sessions == 1
+    assert set(Session.objects.values_list("id", flat=True)) == {keep, default}
 
 
 def test_the_job_runs_once_per_interval(settings: Any) -> None:
