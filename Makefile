@@ -72,6 +72,8 @@ bench: bootstrap-dev
 	$(BIN)/python -m bench.webhooks
 	$(BIN)/python -m bench.files
 	$(BIN)/python -m bench.workspace
+	$(BIN)/python -m bench.retention
+	$(BIN)/python -m bench.retention --database postgres
 
 # The runner against llama-cpp-python's real server (outside CI; docs/testing.md). The
 # first run compiles llama.cpp into var/llm-compat/venv. ARGS: e.g. --runner-from main.

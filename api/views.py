@@ -169,6 +169,11 @@ class SessionListView(APIView):
             OpenApiParameter("agent_id", str),
             OpenApiParameter("agent_name", str),
             OpenApiParameter(
+                "archived",
+                {"type": "string", "enum": ["0", "1", "true", "false"], "default": "0"},
+                description="`1`: only archived sessions; by default they are hidden",
+            ),
+            OpenApiParameter(
                 "sort_by",
                 {"type": "string", "enum": ["created_at", "updated_at"], "default": "created_at"},
             ),
@@ -195,6 +200,10 @@ class SessionListView(APIView):
             queryset = queryset.filter(agent_id=agent_id)
         if agent_name := request.query_params.get("agent_name"):
             queryset = queryset.filter(agent__name=agent_name)
+        archived = request.query_params.get("archived") or "0"
+        if archived not in ("0", "1", "true", "false"):
+            raise ValidationError({"archived": ["must be 1 (archived only) or 0 (the default)"]})
+        queryset = queryset.filter(archived_at__isnull=archived in ("0", "false"))
         if query is not None:
             queryset = search.filter_sessions(queryset, query)
         page = paginate(queryset, params, sort_field=sort_by)

@@ -26,7 +26,13 @@ class AgentSessionsConfig(AppConfig):
             metrics,
             schema,  # noqa: F401
         )
-        from omnigent_site.runtime import limit_request_body
+        from omnigent_site.runtime import limit_request_body, on_serve
+
+        from .retention import retention_forever
+
+        # Retention runs in every server process, once per interval across them all
+        # (sessions/retention.py: the job's row is claimed).
+        on_serve(retention_forever)
 
         from .metrics import QueuedTurns
 

@@ -156,6 +156,9 @@ class SessionRowOut(TypedDict):
     share_workspace_files: Annotated[
         bool, Doc("read users may browse and search the workspace (else reads need edit)")
     ]
+    archived: Annotated[
+        bool, Doc("hidden from the default list (`?archived=1` lists these); a message clears it")
+    ]
 
 
 class SessionOut(SessionRowOut):
@@ -196,6 +199,7 @@ def session_row(session: Session, *, level: int, pending_count: int | None = Non
         "permission_level": level,
         "pending_elicitations_count": pending_count,
         "share_workspace_files": session.share_workspace_files,
+        "archived": session.archived_at is not None,
     }
 
 
