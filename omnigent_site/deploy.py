@@ -75,6 +75,9 @@ class NginxOptions:
     # Where pid, logs and temporary files go; None: nginx's own (Debian's) places.
     prefix: str | None = None
     identity_header: str = field(default_factory=lambda: settings.OMNIGENT_AUTH_HEADER)
+    # Not command-line options: the end-to-end test shortens them to outlast them quickly.
+    read_timeout_s: int = READ_TIMEOUT_S
+    long_read_timeout_s: int = LONG_READ_TIMEOUT_S
 
 
 def render_nginx(options: NginxOptions) -> str:
@@ -173,13 +176,16 @@ def render_nginx(options: NginxOptions) -> str:
         f"        client_max_body_size {body_limit_mib()}m;",
         "        proxy_http_version 1.1;",
         f"        proxy_connect_timeout {CONNECT_TIMEOUT_S}s;",
-        f"        proxy_read_timeout {READ_TIMEOUT_S}s;",
-        f"        proxy_send_timeout {READ_TIMEOUT_S}s;",
+        f"        proxy_read_timeout {options.read_timeout_s}s;",
+        f"        proxy_send_timeout {options.read_timeout_s}s;",
         "        # A process that is restarting refuses connections: the request goes to",
         "        # the next one (nginx never retries a POST or PATCH that reached one).",
         "        proxy_next_upstream error http_502;",
         "        proxy_next_upstream_tries 3;",
+        "        # Every proxy_set_header is here: nginx drops the server's headers in a",
+        "        # location that sets any of its own.",
         "        proxy_set_header Host $host;",
+        "        proxy_set_header Upgrade $http_upgrade;",
         "        proxy_set_header Connection $omnigent_connection;",
         "        # Set here, never passed on from the client: the server trusts these only",
         "        # from addresses in OMNIGENT_TRUSTED_PROXIES (this proxy's).",
@@ -201,10 +207,9 @@ def render_nginx(options: NginxOptions) -> str:
         "        # OMNIGENT_HEARTBEAT_S), never buffered.",
         "        location ~ ^/v1/runners/[^/]+/tunnel$ {",
         "            proxy_pass http://omnigent;",
-        "            proxy_set_header Upgrade $http_upgrade;",
         "            proxy_buffering off;",
-        f"            proxy_read_timeout {LONG_READ_TIMEOUT_S}s;",
-        f"            proxy_send_timeout {LONG_READ_TIMEOUT_S}s;",
+        f"            proxy_read_timeout {options.long_read_timeout_s}s;",
+        f"            proxy_send_timeout {options.long_read_timeout_s}s;",
         "        }",
         "",
         "        # Server-Sent Events: the session stream and the session-list stream,",
@@ -213,7 +218,7 @@ def render_nginx(options: NginxOptions) -> str:
         "            proxy_pass http://omnigent;",
         "            proxy_buffering off;",
         "            proxy_cache off;",
-        f"            proxy_read_timeout {LONG_READ_TIMEOUT_S}s;",
+        f"            proxy_read_timeout {options.long_read_timeout_s}s;",
         "        }",
         "",
         "        # Health checks for the balancer's own monitoring (200 or 503 with details).",

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -29,6 +30,7 @@ def render(
     upstreams: list[str],
     prefix: Path,
     tls: tuple[Path, Path] | None = None,
+    **options: Any,
 ) -> Path:
     """What ``deployconfig nginx`` prints for these addresses (the same function, called
     in this process: starting Django again costs seconds), in ``<prefix>/nginx.conf``."""
@@ -41,6 +43,7 @@ def render(
             prefix=str(prefix),
             tls_cert=str(tls[0]) if tls else None,
             tls_key=str(tls[1]) if tls else None,
+            **options,
         )
     )
     prefix.mkdir(parents=True, exist_ok=True)
@@ -107,13 +110,17 @@ def start(
     log_dir: Path,
     tls: tuple[Path, Path] | None = None,
     name: str = "nginx",
+    **options: Any,
 ) -> Nginx:
     """nginx in the foreground (``daemon off``) under ``prefix``, in front of
-    ``upstreams``, on a free loopback port; returns once it answers."""
+    ``upstreams``, on a free loopback port; returns once it answers. ``options``: more
+    ``NginxOptions`` (shorter timeouts, no identity header clearing)."""
     binary = nginx_path()
     assert binary is not None, "nginx is not installed"
     port = free_port()
-    config = render(listen=f"127.0.0.1:{port}", upstreams=upstreams, prefix=prefix, tls=tls)
+    config = render(
+        listen=f"127.0.0.1:{port}", upstreams=upstreams, prefix=prefix, tls=tls, **options
+    )
     checked = check(config, prefix)
     if checked.returncode != 0:
         raise RuntimeError(f"nginx -t refused the rendered configuration: {checked.stderr}")

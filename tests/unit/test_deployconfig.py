@@ -59,6 +59,24 @@ def test_the_shipped_nginx_conf_is_the_rendering_for_the_documented_addresses() 
     )
 
 
+def test_every_header_is_set_at_the_server_level() -> None:
+    """nginx forgets the server block's ``proxy_set_header`` lines in a location that
+    sets one of its own: the identity header's clearing, X-Forwarded-For and the
+    upgrade headers would silently go missing there."""
+    text = (DEPLOY / "nginx.conf").read_text()
+    inside_location = False
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("location "):
+            inside_location = True
+        elif stripped == "}" and inside_location:
+            inside_location = False
+        elif stripped.startswith("proxy_set_header"):
+            assert not inside_location, line
+    assert 'proxy_set_header X-Forwarded-Email "";' in text
+    assert "proxy_set_header X-Forwarded-For $remote_addr;" in text
+
+
 def test_the_shipped_units_are_the_rendering_for_the_documented_addresses(
     tmp_path: Path,
 ) -> None:
