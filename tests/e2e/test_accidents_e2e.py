@@ -160,8 +160,8 @@ def replayed(server: Server, session_id: str, turns: int = 1) -> list[tuple[int 
 
 
 def assert_log_whole(events: list[tuple[int | None, str, Any]]) -> None:
-    ids = [event_id for event_id, _type, _data in events]
-    assert ids == list(range(ids[0], ids[0] + len(ids))), ids  # no gap, no repeat
+    ids = [event_id or 0 for event_id, _type, _data in events]
+    assert ids and ids == list(range(ids[0], ids[0] + len(ids))), ids  # no gap, no repeat
 
 
 def works_again(stack: Stack, mock_llm: MockLLMServer, bundle: bytes) -> float:
