@@ -101,6 +101,9 @@ INSTALLED_APPS = [
     "sessions.apps.AgentSessionsConfig",
     "runners.apps.RunnersConfig",
     "workspaces.apps.WorkspacesConfig",
+    "webhook_outbox.apps.WebhookOutboxConfig",
+    "webhooks.apps.WebhooksConfig",
+    "audit.apps.AuditConfig",
     "web.apps.WebConfig",
 ]
 
@@ -329,6 +332,13 @@ OMNIGENT_REQUEST_THREADS_RUNNING = max(
 # Session stream (http-api.md, Stream).
 OMNIGENT_STREAM_HEARTBEAT_S = env_float("OMNIGENT_STREAM_HEARTBEAT_S", 15.0)
 OMNIGENT_EVENT_RETENTION = env_int("OMNIGENT_EVENT_RETENTION", 1000)
+# Retention and audit (lifecycle.md; sessions/retention.py). Days; unset or 0 keeps forever.
+OMNIGENT_ARCHIVE_AFTER_DAYS = env_int("OMNIGENT_ARCHIVE_AFTER_DAYS", 0)
+OMNIGENT_DELETE_ARCHIVED_AFTER_DAYS = env_int("OMNIGENT_DELETE_ARCHIVED_AFTER_DAYS", 0)
+OMNIGENT_EVENT_LOG_KEEP_DAYS = env_int("OMNIGENT_EVENT_LOG_KEEP_DAYS", 30)
+OMNIGENT_AUDIT_KEEP_DAYS = env_int("OMNIGENT_AUDIT_KEEP_DAYS", 365)
+# How often the retention job runs (once across all server processes).
+OMNIGENT_RETENTION_INTERVAL_S = env_float("OMNIGENT_RETENTION_INTERVAL_S", 86400.0)
 # The session-list stream's log (sessions/updates.py): each user's last this many list
 # events, and all of the last this many seconds, whichever keeps more.
 OMNIGENT_LIST_EVENT_RETENTION = max(1, env_int("OMNIGENT_LIST_EVENT_RETENTION", 1000))
@@ -390,6 +400,25 @@ CACHES = {
 # Approvals (approvals.md): the cap on how long a question waits, and how often every
 # server process looks for questions past their deadline.
 OMNIGENT_ASK_TIMEOUT_S = env_float("OMNIGENT_ASK_TIMEOUT_S", 3600.0)
+# Webhooks (automation.md, docs/automation.md). Plain http:// and private, loopback or
+# link-local receivers are refused unless these are set; local single-user mode allows both.
+OMNIGENT_WEBHOOK_ALLOW_HTTP = env_bool("OMNIGENT_WEBHOOK_ALLOW_HTTP", False)
+OMNIGENT_WEBHOOK_ALLOW_PRIVATE = env_bool("OMNIGENT_WEBHOOK_ALLOW_PRIVATE", False)
+# One attempt's deadline (name resolution, connection, request, response).
+OMNIGENT_WEBHOOK_TIMEOUT_S = max(0.1, env_float("OMNIGENT_WEBHOOK_TIMEOUT_S", 10.0))
+# The delays between attempts (seconds, each ± 10 %); after the last, a delivery fails.
+OMNIGENT_WEBHOOK_RETRY_S = [
+    float(delay)
+    for delay in env_list(
+        "OMNIGENT_WEBHOOK_RETRY_S", ["5", "30", "120", "600", "3600", "21600", "86400"]
+    )
+]
+# A webhook is disabled after this many events in a row failed (0: never).
+OMNIGENT_WEBHOOK_DISABLE_AFTER = max(0, env_int("OMNIGENT_WEBHOOK_DISABLE_AFTER", 20))
+# How often each server process looks for events written by other processes.
+OMNIGENT_WEBHOOK_POLL_S = max(0.05, env_float("OMNIGENT_WEBHOOK_POLL_S", 1.0))
+# Attempts in flight per server process.
+OMNIGENT_WEBHOOK_CONCURRENCY = max(1, env_int("OMNIGENT_WEBHOOK_CONCURRENCY", 32))
 OMNIGENT_APPROVAL_SWEEP_S = env_float("OMNIGENT_APPROVAL_SWEEP_S", 5.0)
 
 REST_FRAMEWORK = {

@@ -32,7 +32,7 @@ from omnigent_site.rawsql import (
     update_row,
 )
 from omnigent_site.timeutil import unix
-from sessions import approvals, blobs, policies, updates
+from sessions import approvals, blobs, policies, updates, webhook_events
 from sessions import files as session_files
 from sessions.eventlog import (
     WriteUnit,
@@ -185,6 +185,7 @@ def _finish_turn(
     response.error = error
     response.completed_at = timezone.now()
     update_row(response, ["status", "error", "completed_at"])
+    webhook_events.turn_ended(response)
     seconds = (
         (response.completed_at - response.created_at).total_seconds()
         if response.created_at

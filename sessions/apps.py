@@ -14,6 +14,12 @@ class AgentSessionsConfig(AppConfig):
 
     def ready(self) -> None:
         from django.conf import settings
+        from django.db.models.signals import post_migrate
+
+        from . import search_index
+
+        # A migration that rebuilds a table on SQLite drops its triggers: put them back.
+        post_migrate.connect(search_index.ensure_installed, sender=self)
 
         # Registers the OpenAPI descriptions of the authentication classes.
         from omnigent_site import (
