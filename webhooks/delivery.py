@@ -35,6 +35,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from omnigent_site import metrics
 from omnigent_site.users import is_admin
 
 from . import fanout, ssrf
@@ -310,6 +311,14 @@ def record_outcome(
                 "updated_at",
             ]
         )
+        # omnigent_webhook_deliveries_total: each stored attempt, by what became of it.
+        if outcome.delivered:
+            result = "delivered"
+        elif row.status == Delivery.Status.FAILED:
+            result = "gave_up"
+        else:
+            result = "retrying"
+        transaction.on_commit(lambda: metrics.webhook_delivered(status=result))
     return row
 
 
