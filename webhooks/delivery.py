@@ -36,6 +36,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from omnigent_site import metrics
 from omnigent_site.users import is_admin
 from webhook_outbox.models import WebhookEvent
 
@@ -357,6 +358,16 @@ def record_outcomes(
             _count_failed_events(webhook_id, count, after_success=webhook_id in reset)
         for webhook_id in gone:
             _disable(webhook_id, "the receiver answered 410 Gone")
+        # omnigent_webhook_deliveries_total: each stored attempt, by what became of it.
+        counted = [
+            "delivered"
+            if row.status == Delivery.Status.DELIVERED
+            else "gave_up"
+            if row.status == Delivery.Status.FAILED
+            else "retrying"
+            for row in changed
+        ]
+        transaction.on_commit(lambda: [metrics.webhook_delivered(status=c) for c in counted])
     return results
 
 
