@@ -125,6 +125,7 @@ urlpatterns = [
     path("agents/<str:agent_id>", views.AgentDetailView.as_view(), name="agent-detail"),
     # Me.
     path("me", views.MeView.as_view(), name="me"),
+    path("inbox", views.InboxView.as_view(), name="inbox"),
     # The API's root and documents.
     path("", ApiRootView.as_view(), name="api-root"),
     path("schema", SchemaView.as_view(), name="schema"),
