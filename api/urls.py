@@ -185,6 +185,7 @@ urlpatterns = [
     ),
     # Me.
     path("me", views.MeView.as_view(), name="me"),
+    path("inbox", views.InboxView.as_view(), name="inbox"),
     # The audit log.
     path("audit", audit_views.AuditListView.as_view(), name="audit-list"),
     # The API's root and documents.

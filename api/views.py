@@ -40,6 +40,7 @@ from sessions.shapes import (
     AgentPage,
     GrantListOut,
     GrantSetOut,
+    InboxOut,
     ItemPage,
     MeOut,
     ResponseOut,
@@ -54,6 +55,7 @@ from sessions.shapes import (
     flat_item,
     grant_list_body,
     grant_set_body,
+    inbox_body,
     me_body,
     response_body,
     session_agent_body,
@@ -401,3 +403,14 @@ class MeView(APIView):
         return Response(
             me_body(user_id=request.user.get_username(), is_admin=is_admin(request.user))
         )
+
+
+class InboxView(APIView):
+    """``GET /v1/inbox``: what waits for the caller across sessions (docs/web.md, Inbox)."""
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(operation_id="inbox_retrieve", responses={200: InboxOut, **error_responses(401)})
+    def get(self, request: Request) -> Response:
+        approvals, failed = selectors.inbox_for(user=request_user(request))
+        return Response(inbox_body(approvals, failed))

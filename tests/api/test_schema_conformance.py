@@ -618,13 +618,15 @@ def exercise_deletes_and_identity(
     statuses = [
         alice("get", "/v1/me"),
         anon("get", "/v1/me"),
+        alice("get", "/v1/inbox"),
+        anon("get", "/v1/inbox"),
         anon("get", "/v1/"),
         bob("delete", SESSION, session_id=session_id),
         anon("delete", SESSION, session_id=session_id),
         alice("delete", SESSION, session_id=session_id),
         alice("delete", SESSION, session_id=session_id),
     ]
-    assert [r.status_code for r in statuses] == [200, 401, 200, 403, 401, 200, 404]
+    assert [r.status_code for r in statuses] == [200, 401, 200, 401, 200, 403, 401, 200, 404]
 
 
 def exercise_rate_limits(alice: Caller, conformance: Conformance, session_id: str) -> None:

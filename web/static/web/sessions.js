@@ -104,8 +104,8 @@ function item(row) {
       ? el("span", {
           class: "dot",
           dataset: { online: row.runner_online ? "yes" : "no" },
-          title: row.runner_online ? "runner online" : "runner offline",
-          "aria-label": row.runner_online ? "runner online" : "runner offline",
+          title: `${row.runner_name ?? "runner"} ${row.runner_online ? "online" : "offline"}`,
+          "aria-label": `${row.runner_name ?? "runner"} ${row.runner_online ? "online" : "offline"}`,
           role: "img",
         })
       : el("span", { class: "dot", dataset: { online: "none" }, title: "no runner" }),
