@@ -41,9 +41,9 @@ from workspaces.services import apply_workspace_changes
 
 from .conformance_approvals import exercise_approvals
 from .conformance_files import exercise_fork, exercise_session_files
+from .conformance_schedules import exercise_schedules
 from .conformance_transfer import exercise_transfer
 from .conformance_webhooks import exercise_webhooks
-from .conformance_schedules import exercise_schedules
 from .conftest import ALICE, BOB, CAROL, upload
 from .workspace_conformance import exercise_workspace
 
