@@ -69,8 +69,11 @@ bench: bootstrap-dev
 	$(BIN)/python -m bench.fuzz --max-examples 150 --max-time 540
 	$(BIN)/python -m bench.policies
 	$(BIN)/python -m bench.mcp
+	$(BIN)/python -m bench.webhooks
 	$(BIN)/python -m bench.files
 	$(BIN)/python -m bench.workspace
+	$(BIN)/python -m bench.retention
+	$(BIN)/python -m bench.retention --database postgres
 
 # The runner against llama-cpp-python's real server (outside CI; docs/testing.md). The
 # first run compiles llama.cpp into var/llm-compat/venv. ARGS: e.g. --runner-from main.
@@ -80,7 +83,7 @@ llm-compat: bootstrap-dev
 lint: bootstrap-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy api omnigent_site omnigent_runner sessions runners workspaces webhooks webhook_outbox audit web scripts testing
+	$(BIN)/mypy api omnigent_site omnigent_runner sessions runners workspaces webhooks webhook_outbox audit schedules web scripts testing
 	$(BIN)/lint-imports
 
 # The runner as a wheel in dist/ (pyproject.toml): `pip install dist/omnigent_runner-*.whl`

@@ -2,7 +2,7 @@
 
 Order matters twice: Django tries routes top to bottom on every request, so the routes
 clients ask for most come first (a poller reads the snapshot many times a second and
-every turn starts with a message ``POST``); and ``sessions/updates`` must come before
+every turn starts with a message ``POST``); and ``sessions/updates`` (and ``sessions/import``) must come before
 ``sessions/<session_id>``, which would take ``updates`` for a session id. Past the hot
 routes, grouped by resource. ``tests/unit/test_api_urls.py`` checks that every ``/v1``
 view is defined in this package.
@@ -17,8 +17,10 @@ from . import (
     elicitation_views,
     file_views,
     runner_views,
+    schedule_views,
     session_views,
     stream_views,
+    transfer_views,
     updates_views,
     views,
     webhook_views,
@@ -33,10 +35,13 @@ _ENVIRONMENT = f"{_SESSION}/resources/environments/<str:env>"
 urlpatterns = [
     # Hot routes first: the session-list stream, the snapshot, the message POST.
     path("sessions/updates", updates_views.SessionUpdatesView.as_view(), name="session-updates"),
+    # Before the snapshot too, which would take ``import`` for a session id.
+    path("sessions/import", transfer_views.SessionImportView.as_view(), name="session-import"),
     path(_SESSION, session_views.SessionDetailView.as_view(), name="session-detail"),
     path(f"{_SESSION}/events", session_views.SessionEventsView.as_view(), name="session-events"),
     # Sessions.
     path("sessions", views.SessionListView.as_view(), name="session-list"),
+    path(f"{_SESSION}/export", transfer_views.SessionExportView.as_view(), name="session-export"),
     path(f"{_SESSION}/agent", views.SessionAgentView.as_view(), name="session-agent"),
     path(f"{_SESSION}/fork", file_views.SessionForkView.as_view(), name="session-fork"),
     path(
@@ -152,8 +157,35 @@ urlpatterns = [
     # Agents.
     path("agents", views.AgentListView.as_view(), name="agent-list"),
     path("agents/<str:agent_id>", views.AgentDetailView.as_view(), name="agent-detail"),
+    # Scheduled tasks (automation.md).
+    path(
+        "scheduled-tasks",
+        schedule_views.ScheduledTaskListView.as_view(),
+        name="scheduled-task-list",
+    ),
+    path(
+        "scheduled-tasks/preview",
+        schedule_views.ScheduledTaskPreviewView.as_view(),
+        name="scheduled-task-preview",
+    ),
+    path(
+        "scheduled-tasks/<str:task_id>",
+        schedule_views.ScheduledTaskDetailView.as_view(),
+        name="scheduled-task-detail",
+    ),
+    path(
+        "scheduled-tasks/<str:task_id>/runs",
+        schedule_views.ScheduledRunListView.as_view(),
+        name="scheduled-task-runs",
+    ),
+    path(
+        "scheduled-tasks/<str:task_id>/run",
+        schedule_views.ScheduledTaskRunView.as_view(),
+        name="scheduled-task-run",
+    ),
     # Me.
     path("me", views.MeView.as_view(), name="me"),
+    path("inbox", views.InboxView.as_view(), name="inbox"),
     # The audit log.
     path("audit", audit_views.AuditListView.as_view(), name="audit-list"),
     # The API's root and documents.

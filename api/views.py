@@ -40,6 +40,7 @@ from sessions.shapes import (
     AgentPage,
     GrantListOut,
     GrantSetOut,
+    InboxOut,
     ItemPage,
     MeOut,
     ResponseOut,
@@ -54,6 +55,7 @@ from sessions.shapes import (
     flat_item,
     grant_list_body,
     grant_set_body,
+    inbox_body,
     me_body,
     response_body,
     session_agent_body,
@@ -169,6 +171,11 @@ class SessionListView(APIView):
             OpenApiParameter("agent_id", str),
             OpenApiParameter("agent_name", str),
             OpenApiParameter(
+                "archived",
+                {"type": "string", "enum": ["0", "1", "true", "false"], "default": "0"},
+                description="`1`: only archived sessions; by default they are hidden",
+            ),
+            OpenApiParameter(
                 "sort_by",
                 {"type": "string", "enum": ["created_at", "updated_at"], "default": "created_at"},
             ),
@@ -195,6 +202,10 @@ class SessionListView(APIView):
             queryset = queryset.filter(agent_id=agent_id)
         if agent_name := request.query_params.get("agent_name"):
             queryset = queryset.filter(agent__name=agent_name)
+        archived = request.query_params.get("archived") or "0"
+        if archived not in ("0", "1", "true", "false"):
+            raise ValidationError({"archived": ["must be 1 (archived only) or 0 (the default)"]})
+        queryset = queryset.filter(archived_at__isnull=archived in ("0", "false"))
         if query is not None:
             queryset = search.filter_sessions(queryset, query)
         page = paginate(queryset, params, sort_field=sort_by)
@@ -392,3 +403,14 @@ class MeView(APIView):
         return Response(
             me_body(user_id=request.user.get_username(), is_admin=is_admin(request.user))
         )
+
+
+class InboxView(APIView):
+    """``GET /v1/inbox``: what waits for the caller across sessions (docs/web.md, Inbox)."""
+
+    permission_classes = [IsAuthenticated]
+
+    @extend_schema(operation_id="inbox_retrieve", responses={200: InboxOut, **error_responses(401)})
+    def get(self, request: Request) -> Response:
+        approvals, failed = selectors.inbox_for(user=request_user(request))
+        return Response(inbox_body(approvals, failed))

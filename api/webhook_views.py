@@ -75,13 +75,15 @@ class WebhookDetailView(APIView):
         webhook = selectors.webhook_for(user=request_user(request), webhook_id=webhook_id)
         serializer = WebhookUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        webhook = services.update_webhook(webhook=webhook, **serializer.validated_data)
+        webhook = services.update_webhook(
+            webhook=webhook, actor=request_user(request), **serializer.validated_data
+        )
         return Response(webhook_body(webhook))
 
     @extend_schema(responses={200: WebhookDeletedOut, **error_responses(401, 404)})
     def delete(self, request: Request, webhook_id: str) -> Response:
         webhook = selectors.webhook_for(user=request_user(request), webhook_id=webhook_id)
-        services.delete_webhook(webhook=webhook)
+        services.delete_webhook(webhook=webhook, actor=request_user(request))
         return Response(webhook_deleted_body(webhook_id))
 
 
@@ -91,7 +93,9 @@ class WebhookRotateSecretView(APIView):
     @extend_schema(request=None, responses={200: SecretOut, **error_responses(401, 404)})
     def post(self, request: Request, webhook_id: str) -> Response:
         webhook = selectors.webhook_for(user=request_user(request), webhook_id=webhook_id)
-        return Response({"secret": services.rotate_secret(webhook=webhook)})
+        return Response(
+            {"secret": services.rotate_secret(webhook=webhook, actor=request_user(request))}
+        )
 
 
 class WebhookTestView(APIView):

@@ -112,6 +112,7 @@ from bench._load import (
 )
 from omnigent_site.runtime.event_loop import EVENT_LOOPS
 from testing.processes import Process, base_env, free_port, migrate, spawn
+from testing.webhook_receiver import WebhookReceiver
 
 TURN_END = ("response.completed", "response.failed", "response.cancelled")
 SETTINGS = "bench.server_settings"
@@ -189,10 +190,21 @@ def start_stack(stack: contextlib.ExitStack, tmp: Path, args: argparse.Namespace
         # far above the benchmark's so that nothing is refused.
         for rate in THROTTLE_RATES:
             env[rate] = "1000000/min"
+    if args.webhooks:
+        # Webhooks to a receiver on loopback (automation.md): every turn's events go out.
+        env["OMNIGENT_WEBHOOK_ALLOW_HTTP"] = "1"
+        env["OMNIGENT_WEBHOOK_ALLOW_PRIVATE"] = "1"
     servers = [
         start_daphne(stack, env=env, tmp=tmp, name=process_name("daphne", i, count))
         for i in range(count)
     ]
+    if args.webhooks:
+        receiver = stack.enter_context(WebhookReceiver())
+        args.webhook_receiver = receiver
+        with servers[0].client(USER) as client:
+            for _ in range(args.webhooks):
+                response = client.post("/v1/webhooks", json={"url": receiver.url, "events": ["*"]})
+                response.raise_for_status()
     mock = MockLLM(tmp)
     stack.callback(mock.stop)
     meters: list[TunnelMeter] = []
@@ -1087,7 +1099,10 @@ def one_run(args: argparse.Namespace, profile_dir: Path | None = None) -> dict[s
     with contextlib.ExitStack() as stack:
         tmp = log_dir(stack, args.keep_logs)
         processes = start_stack(stack, tmp, args)
-        return asyncio.run(measure(processes, args, profile_dir))
+        result = asyncio.run(measure(processes, args, profile_dir))
+        if args.webhooks:
+            result["webhook_requests"] = len(args.webhook_receiver.requests)
+        return result
 
 
 # --------------------------------------------------------------------------- report
@@ -1376,6 +1391,13 @@ def main() -> int:
         "--no-tunnel-meter", action="store_true", help="each runner dials its server directly"
     )
     parser.add_argument(
+        "--webhooks",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N webhooks subscribed to every event, to a receiver on loopback",
+    )
+    parser.add_argument(
         "--throttles",
         action="store_true",
         help="the client rate limits on (at 1,000,000/min), so every request reads and "
@@ -1437,6 +1459,7 @@ def main() -> int:
         "cross": args.cross,
         "event_loop": args.event_loop,
         "throttles": args.throttles,
+        "webhooks": args.webhooks,
     }
     if args.scaling:
         result["scaling_servers"] = args.scaling

@@ -13,6 +13,7 @@ import gc
 import logging
 import os
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -98,7 +99,12 @@ async def _serve(config: RunnerConfig) -> int:
     tunnel = RunnerTunnel(
         config,
         executor,
-        workspace_info={"root": str(config.workspace), "vcs": detect_vcs(config.workspace)},
+        # ``host``: the server names a runner registered without a name after it.
+        workspace_info={
+            "root": str(config.workspace),
+            "vcs": detect_vcs(config.workspace),
+            "host": socket.gethostname(),
+        },
         capabilities={"isolate_sessions": config.isolate_session},
     )
     _install_signal_handlers(asyncio.get_running_loop(), tunnel)

@@ -31,6 +31,8 @@ _WS_SCHEMES = {"http": "ws", "https": "wss", "ws": "ws", "wss": "wss"}
 
 ENV_SERVER_URL = "RUNNER_SERVER_URL"
 ENV_TOKEN = "OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN"
+# A file holding the token (a systemd credential, deploy/omnigent-runner.service).
+ENV_TOKEN_FILE = "OMNIGENT_RUNNER_TUNNEL_BINDING_TOKEN_FILE"
 ENV_RUNNER_ID = "OMNIGENT_RUNNER_ID"
 ENV_WORKSPACE = "OMNIGENT_RUNNER_WORKSPACE"
 ENV_PARENT_PID = "OMNIGENT_RUNNER_PARENT_PID"
@@ -97,6 +99,10 @@ def _build_parser(prog: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--server-url", help=f"server base URL (env {ENV_SERVER_URL})")
     parser.add_argument("--token", help=f"tunnel binding token (env {ENV_TOKEN})")
+    parser.add_argument(
+        "--token-file",
+        help=f"read the binding token from this file when none is given (env {ENV_TOKEN_FILE})",
+    )
     parser.add_argument("--runner-id", help=f"expected runner id (env {ENV_RUNNER_ID})")
     parser.add_argument("--workspace", help=f"workspace root (env {ENV_WORKSPACE})")
     parser.add_argument("--parent-pid", help=f"exit when this process exits (env {ENV_PARENT_PID})")
@@ -158,9 +164,24 @@ def _validate_server_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
+def _read_token_file(raw: str | None) -> str | None:
+    """The token in the file ``raw`` names (surrounding whitespace dropped), if any."""
+    if raw is None:
+        return None
+    try:
+        return Path(raw).expanduser().read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(
+            f"{ENV_TOKEN_FILE}: cannot read {raw!r}: {exc.__class__.__name__}"
+        ) from None
+
+
 def _validate_token(token: str | None) -> str:
     if not token:
-        raise ConfigError(f"a tunnel binding token is required: set {ENV_TOKEN} or pass --token")
+        raise ConfigError(
+            f"a tunnel binding token is required: set {ENV_TOKEN} or {ENV_TOKEN_FILE}, "
+            "or pass --token or --token-file"
+        )
     if not token.isprintable() or any(ch.isspace() for ch in token):
         # It travels in an HTTP header, so it cannot hold whitespace or control characters.
         raise ConfigError(f"{ENV_TOKEN} contains whitespace or control characters")
@@ -230,7 +251,10 @@ def load_config(
     server_url = _validate_server_url(
         _pick(args.server_url, env, ENV_SERVER_URL) or DEFAULT_SERVER_URL
     )
-    token = _validate_token(_pick(args.token, env, ENV_TOKEN))
+    token = _validate_token(
+        _pick(args.token, env, ENV_TOKEN)
+        or _read_token_file(_pick(args.token_file, env, ENV_TOKEN_FILE))
+    )
     runner_id = derive_runner_id(token)
     expected_id = _pick(args.runner_id, env, ENV_RUNNER_ID)
     if expected_id is not None and expected_id != runner_id:

@@ -9,6 +9,7 @@ be rendered. ``ErrorFormatMiddleware`` turns Django's own error pages on API pat
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -51,6 +52,7 @@ _CODES: dict[int, str] = {
     415: "unsupported_media_type",
     429: "rate_limited",
     500: "internal_error",
+    507: "insufficient_storage",
     503: "runner_unavailable",
 }
 
@@ -128,6 +130,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         first_line = (str(exc).strip().splitlines() or ["invalid value"])[0]
         exc = exceptions.ValidationError(f"the input cannot be stored or searched: {first_line}")
 
+    if storage_full(exc):
+        log.warning("storage full: %s", exc.__class__.__name__)
+        set_rollback()
+        return Response(
+            error_body(507, STORAGE_FULL_MESSAGE, code="insufficient_storage"), status=507
+        )
     outage = backend_outage(exc)
     if outage is not None:
         backend, message = outage
@@ -173,6 +181,21 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
 # What a client is told to wait when the database or Redis is down (operations.md:
 # they come back within seconds in the accidents the deployment is tested against).
 OUTAGE_RETRY_AFTER_S = 5
+
+
+STORAGE_FULL_MESSAGE = "the server's storage is full: nothing was stored; try again later"
+
+
+def storage_full(exc: BaseException) -> bool:
+    """``exc`` (or what caused it) says the data directory's disk or quota is full."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return False
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def backend_outage(exc: BaseException) -> tuple[str, str] | None:
@@ -250,6 +273,9 @@ class ErrorFormatMiddleware:
         answered here: Django's traceback page would be HTML, and it cannot even be built
         when the exception's text holds a lone surrogate. With DEBUG off, Django's
         ``handler500`` answers (``server_error_view``), after its own logging."""
+        if storage_full(exception) and is_api_path(request.path):
+            log.warning("storage full: %s", exception.__class__.__name__)
+            return json_error(507, STORAGE_FULL_MESSAGE)
         outage = backend_outage(exception)
         if outage is not None and is_api_path(request.path):
             backend, message = outage

@@ -305,13 +305,20 @@ def _insert_sql(model: type[Model], rows_count: int) -> str:
 
 
 def _row_values(
-    db: BaseDatabaseWrapper, fields: Sequence[Field[Any, Any]], instance: Model
+    db: BaseDatabaseWrapper,
+    fields: Sequence[Field[Any, Any]],
+    instance: Model,
+    *,
+    as_given: bool = False,
 ) -> list[Any]:
-    """An INSERT's values of ``instance``, converted as the ORM's insert compiler does."""
+    """An INSERT's values of ``instance``, converted as the ORM's insert compiler does
+    (``as_given``: without ``pre_save``, so ``auto_now_add`` keeps the value set)."""
+    if as_given:
+        return [field.get_db_prep_save(getattr(instance, field.attname), db) for field in fields]
     return [field.get_db_prep_save(field.pre_save(instance, True), db) for field in fields]
 
 
-def insert_rows(model: type[M], instances: Sequence[M]) -> None:
+def insert_rows(model: type[M], instances: Sequence[M], *, as_given: bool = False) -> None:
     """Store new ``instances`` of ``model`` with one multi-row INSERT each batch, as
     ``bulk_create`` does, for callers that do not need the primary keys back.
 
@@ -320,7 +327,8 @@ def insert_rows(model: type[M], instances: Sequence[M]) -> None:
     goes through its field's ``pre_save`` (so ``auto_now_add`` applies) and
     ``get_db_prep_save``, the conversions the ORM's insert compiler makes;
     ``tests/api/test_hot_lookups.py`` compares the stored rows with ``bulk_create``'s
-    for every field kind used here. What it skips is the compiler itself:
+    for every field kind used here. ``as_given`` skips ``pre_save``: a copy keeps the
+    timestamps it was given (an import's ``created_at``). What it skips is the compiler itself:
     ``bulk_create`` built the statement anew on every call, which cost more than
     running it for the few events of a runner batch.
     """
@@ -335,7 +343,7 @@ def insert_rows(model: type[M], instances: Sequence[M]) -> None:
             sql = _insert_sql(model, len(chunk))
             params: list[Any] = []
             for instance in chunk:
-                params.extend(_row_values(db, fields, instance))
+                params.extend(_row_values(db, fields, instance, as_given=as_given))
             cursor.execute(sql, params)
     for instance in instances:
         instance._state.adding = False

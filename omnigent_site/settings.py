@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "webhook_outbox.apps.WebhookOutboxConfig",
     "webhooks.apps.WebhooksConfig",
     "audit.apps.AuditConfig",
+    "schedules.apps.SchedulesConfig",
     "web.apps.WebConfig",
 ]
 
@@ -294,6 +295,11 @@ OMNIGENT_HEARTBEAT_S = env_float("OMNIGENT_HEARTBEAT_S", 20.0)
 OMNIGENT_HELLO_TIMEOUT_S = env_float("OMNIGENT_HELLO_TIMEOUT_S", 10.0)
 OMNIGENT_RECONNECT_GRACE_S = env_float("OMNIGENT_RECONNECT_GRACE_S", 15.0)
 OMNIGENT_RELAY_TIMEOUT_S = env_float("OMNIGENT_RELAY_TIMEOUT_S", 10.0)
+# Scheduled tasks (automation.md): an occurrence missed while no server ran fires when
+# a server comes back only if it is less than this late (else it is recorded skipped,
+# "missed"); every process looks for due occurrences at least this often.
+OMNIGENT_SCHEDULE_GRACE_S = max(0.0, env_float("OMNIGENT_SCHEDULE_GRACE_S", 300.0))
+OMNIGENT_SCHEDULE_POLL_S = max(0.05, env_float("OMNIGENT_SCHEDULE_POLL_S", 1.0))
 # How often a server process renews its liveness mark (runners/liveness.py); a process
 # silent for 3 of these is taken for dead and its tunnels read offline.
 OMNIGENT_PROCESS_BEAT_S = max(0.1, env_float("OMNIGENT_PROCESS_BEAT_S", 5.0))
@@ -417,6 +423,8 @@ OMNIGENT_WEBHOOK_RETRY_S = [
 OMNIGENT_WEBHOOK_DISABLE_AFTER = max(0, env_int("OMNIGENT_WEBHOOK_DISABLE_AFTER", 20))
 # How often each server process looks for events written by other processes.
 OMNIGENT_WEBHOOK_POLL_S = max(0.05, env_float("OMNIGENT_WEBHOOK_POLL_S", 1.0))
+# Finished deliveries (and their events) are deleted after this many days.
+OMNIGENT_WEBHOOK_RETENTION_DAYS = max(0.0, env_float("OMNIGENT_WEBHOOK_RETENTION_DAYS", 7.0))
 # Attempts in flight per server process.
 OMNIGENT_WEBHOOK_CONCURRENCY = max(1, env_int("OMNIGENT_WEBHOOK_CONCURRENCY", 32))
 OMNIGENT_APPROVAL_SWEEP_S = env_float("OMNIGENT_APPROVAL_SWEEP_S", 5.0)

@@ -263,6 +263,11 @@ def _store_message(
         payload=input_consumed_event(item_id=item.id, item_type=item.type, data=item.data),
         unit=unit,
     )
+    if session.archived_at is not None:
+        # A message brings an archived session back (lifecycle.md, Retention).
+        session.archived_at = None
+        save_session_fields(session, ["archived_at", "updated_at"], unit=unit)
+        updates.announce_session(session_id=session.id, unit=unit)
     if session.status in (Session.Status.IDLE, Session.Status.FAILED):
         _set_session_state(
             session, status=Session.Status.RUNNING, response_id=response.id, unit=unit

@@ -181,18 +181,22 @@ def mark_connected(
         runner.disconnected_at = None
         runner.runner_version = runner_version[:64]
         runner.workspace = workspace
-        runner.save(
-            update_fields=[
-                "generation",
-                "channel_name",
-                "tunnel_process",
-                "connected_at",
-                "last_seen_at",
-                "disconnected_at",
-                "runner_version",
-                "workspace",
-            ]
-        )
+        fields = [
+            "generation",
+            "channel_name",
+            "tunnel_process",
+            "connected_at",
+            "last_seen_at",
+            "disconnected_at",
+            "runner_version",
+            "workspace",
+        ]
+        # A runner registered without a name is named after its machine's host name.
+        host = workspace.get("host")
+        if not runner.name and isinstance(host, str) and host.strip():
+            runner.name = host.strip()[: Runner._meta.get_field("name").max_length]
+            fields.append("name")
+        runner.save(update_fields=fields)
         runner.refresh_from_db(fields=["generation"])
         updates.announce_runner_sessions(runner_id=runner_id)
         runner_presence.announce_runner_state(runner_id=runner_id)

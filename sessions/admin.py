@@ -17,7 +17,7 @@ from django.utils.safestring import SafeString
 
 from omnigent_runner.policies import rules_as_json
 
-from . import policies, services
+from . import policies, retention, services
 from .blobs import BundleMissing
 from .models import Agent, Item, Permission, PolicyChange, Session, Turn
 
@@ -86,9 +86,19 @@ def transcript_entry(item: Item) -> tuple[str, str, str]:
 
 @admin.register(Session)
 class SessionAdmin(admin.ModelAdmin):
-    list_display = ["id", "short_title", "agent_name", "status", "runner_online", "updated_at"]
-    list_filter = ["status"]
+    list_display = [
+        "id",
+        "short_title",
+        "agent_name",
+        "status",
+        "runner_online",
+        "updated_at",
+        "archived_at",
+    ]
+    list_filter = ["status", ("archived_at", admin.EmptyFieldListFilter)]
     list_select_related = ["agent", "runner"]
+    # The storage of all sessions above the list (lifecycle.md, Retention).
+    change_list_template = "admin/agent_sessions/session/storage_change_list.html"
     search_fields = ["id", "title", "agent__name"]
     readonly_fields = [
         "id",
@@ -101,6 +111,7 @@ class SessionAdmin(admin.ModelAdmin):
         "last_task_error",
         "policy_rules",
         "effective_rules",
+        "storage",
         "transcript",
     ]
     raw_id_fields = ["agent", "runner", "created_by"]
@@ -113,6 +124,26 @@ class SessionAdmin(admin.ModelAdmin):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
         for session in queryset.select_related("agent"):
             services.delete_session(session=session, actor=cast("AuthUser", request.user))
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> Any:
+        context = {**(extra_context or {}), "storage_totals": retention.storage_totals()}
+        return super().changelist_view(request, extra_context=context)
+
+    @admin.display(description="storage")
+    def storage(self, session: Session) -> SafeString:
+        """Rows and bytes this session holds (JSON text for items and events)."""
+        if session.pk is None:
+            return format_html("{}", "—")
+        figures = retention.session_storage(session_id=session.pk)
+        return format_html(
+            "{} items ({} bytes), {} events ({} bytes), {} files ({} bytes)",
+            figures["items"],
+            figures["item_bytes"],
+            figures["events"],
+            figures["event_bytes"],
+            figures["files"],
+            figures["file_bytes"],
+        )
 
     @admin.display(description="title", ordering="title")
     def short_title(self, session: Session) -> str:

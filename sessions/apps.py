@@ -26,7 +26,13 @@ class AgentSessionsConfig(AppConfig):
             metrics,
             schema,  # noqa: F401
         )
-        from omnigent_site.runtime import limit_request_body
+        from omnigent_site.runtime import limit_request_body, on_serve
+
+        from .retention import retention_forever
+
+        # Retention runs in every server process, once per interval across them all
+        # (sessions/retention.py: the job's row is claimed).
+        on_serve(retention_forever)
 
         from .metrics import QueuedTurns
 
@@ -36,5 +42,10 @@ class AgentSessionsConfig(AppConfig):
         # plus room for the multipart framing (files.md §1: never buffered whole).
         limit_request_body(
             r"^/v1/sessions/[^/]+/resources/files/?$",
+            lambda: settings.OMNIGENT_MAX_UPLOAD_BYTES + settings.OMNIGENT_UPLOAD_OVERHEAD_BYTES,
+        )
+        # An import has the same cap as an upload (lifecycle.md, Export and import).
+        limit_request_body(
+            r"^/v1/sessions/import/?$",
             lambda: settings.OMNIGENT_MAX_UPLOAD_BYTES + settings.OMNIGENT_UPLOAD_OVERHEAD_BYTES,
         )

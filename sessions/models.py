@@ -44,6 +44,10 @@ class Agent(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     # Deleting a template hides it; sessions created from it keep working.
     deleted_at = models.DateTimeField(null=True, blank=True)
+    # Retention of this agent's sessions, set in the admin (lifecycle.md): null follows
+    # ``OMNIGENT_ARCHIVE_AFTER_DAYS`` / ``OMNIGENT_DELETE_ARCHIVED_AFTER_DAYS``; 0 never.
+    archive_after_days = models.PositiveIntegerField(null=True, blank=True)
+    delete_archived_after_days = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -99,6 +103,9 @@ class Session(models.Model):
     share_workspace_files = models.BooleanField(default=False)
     # The session's own policy rules (approvals.md), validated, before the bundle's.
     policy_rules = models.JSONField(default=list, blank=True)
+    # Archived (lifecycle.md, Retention): hidden from the default list; set by hand
+    # (``PATCH``) or after ``OMNIGENT_ARCHIVE_AFTER_DAYS`` idle; a message clears it.
+    archived_at = models.DateTimeField(null=True, blank=True)
     # The runner's latest ``session.mcp_status`` (mcp.md): server name -> state.
     mcp_servers = models.JSONField(default=dict, blank=True)
 
@@ -108,6 +115,7 @@ class Session(models.Model):
             models.Index(fields=["created_at", "id"], name="session_created"),
             models.Index(fields=["updated_at", "id"], name="session_updated"),
             models.Index(fields=["runner", "status"], name="session_runner_status"),
+            models.Index(fields=["archived_at"], name="session_archived"),
         ]
 
     def __str__(self) -> str:
@@ -437,3 +445,23 @@ class SessionFile(models.Model):
     @property
     def sha256(self) -> str:
         return str(self.blob_id)
+
+
+class RetentionRun(models.Model):
+    """The claim of a periodic job (``sessions/retention.py``): one row per job.
+
+    Each server process tries to claim the job when it is due with one conditional
+    ``UPDATE … WHERE due_at <= now``; the one whose update changed the row runs it, so
+    the job runs once per interval across processes.
+    """
+
+    name = models.CharField(primary_key=True, max_length=64)
+    due_at = models.DateTimeField()
+    claimed_by = models.CharField(max_length=64, blank=True, default="")
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # What the last run did (``retention.Report``).
+    report = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} (due {self.due_at:%Y-%m-%d %H:%M})"

@@ -40,6 +40,8 @@ TEXT_KEYS = ("text", "content", "name", "arguments", "output", "refusal")
 MAX_TEXT = 100_000
 
 SQLITE_TOKENIZER = "unicode61 remove_diacritics 2"
+# Prefix indexes for the shortest prefixes, the ones that expand to the most words.
+SQLITE_PREFIXES = "2 3"
 SQLITE_TRIGGERS = (
     "agent_sessions_item_fts_insert",
     "agent_sessions_item_fts_update",
@@ -67,7 +69,8 @@ def _sqlite_statements() -> list[str]:
     )
     return [
         f"CREATE VIRTUAL TABLE IF NOT EXISTS {ITEM_FTS} USING fts5("
-        f"session_id UNINDEXED, body, tokenize = '{SQLITE_TOKENIZER}')",
+        f"session_id UNINDEXED, body, tokenize = '{SQLITE_TOKENIZER}', "
+        f"prefix = '{SQLITE_PREFIXES}')",
         f"CREATE VIRTUAL TABLE IF NOT EXISTS {TITLE_FTS} USING fts5("
         f"session_id UNINDEXED, body, tokenize = '{SQLITE_TOKENIZER}')",
         f"CREATE TRIGGER IF NOT EXISTS agent_sessions_item_fts_insert AFTER INSERT ON "

@@ -348,3 +348,29 @@ def agent_for(*, agent_id: str, user: AuthUser) -> Agent:
     if not readable:
         raise NotFound(f"agent {agent_id!r} not found")
     return agent
+
+
+# --- the inbox: what waits for the user across sessions ---------------------------------
+
+INBOX_LIMIT = 200
+
+
+def inbox_for(*, user: AuthUser) -> tuple[list[Approval], list[Session]]:
+    """What waits for ``user``: the open questions of the sessions they may answer in
+    (a direct grant of edit or more), oldest first, and their sessions whose last turn
+    failed (any grant), newest first; at most ``INBOX_LIMIT`` of each. Two queries."""
+    approvals = list(
+        Approval.objects.filter(
+            status=Approval.Status.PENDING,
+            session__grants__user=user,
+            session__grants__level__gte=Permission.Level.EDIT,
+        )
+        .select_related("session")
+        .order_by("created_at", "id")[:INBOX_LIMIT]
+    )
+    failed = list(
+        Session.objects.filter(grants__user=user, status=Session.Status.FAILED).order_by(
+            "-updated_at", "id"
+        )[:INBOX_LIMIT]
+    )
+    return approvals, failed

@@ -70,6 +70,7 @@ class SessionUpdateSerializer(StrictSerializer):
     title = StrictCharField(max_length=512, allow_null=True, allow_blank=True, required=False)
     labels = LabelsField(required=False)
     share_workspace_files = StrictBooleanField(required=False)
+    archived = StrictBooleanField(required=False)
 
 
 class PermissionGrantSerializer(StrictSerializer):

@@ -222,8 +222,13 @@ def update_session(
     title: Any = UNSET,
     labels: Any = UNSET,
     share_workspace_files: Any = UNSET,
+    archived: Any = UNSET,
 ) -> Session:
     fields = ["updated_at"]
+    if archived is not UNSET and bool(archived) != (session.archived_at is not None):
+        # Archived by hand keeps its own date; unarchiving makes it a fresh session again.
+        session.archived_at = timezone.now() if archived else None
+        fields.append("archived_at")
     if share_workspace_files is not UNSET:
         session.share_workspace_files = bool(share_workspace_files)
         fields.append("share_workspace_files")

@@ -156,6 +156,9 @@ class SessionRowOut(TypedDict):
     share_workspace_files: Annotated[
         bool, Doc("read users may browse and search the workspace (else reads need edit)")
     ]
+    archived: Annotated[
+        bool, Doc("hidden from the default list (`?archived=1` lists these); a message clears it")
+    ]
 
 
 class SessionOut(SessionRowOut):
@@ -196,6 +199,7 @@ def session_row(session: Session, *, level: int, pending_count: int | None = Non
         "permission_level": level,
         "pending_elicitations_count": pending_count,
         "share_workspace_files": session.share_workspace_files,
+        "archived": session.archived_at is not None,
     }
 
 
@@ -429,3 +433,69 @@ class SessionFileDeletedOut(TypedDict):
 
 def session_file_deleted_body(file_id: str) -> SessionFileDeletedOut:
     return {"id": file_id, "object": "session.resource.deleted", "deleted": True}
+
+
+# --- the inbox (GET /v1/inbox) -----------------------------------------------------------
+
+
+class InboxApprovalOut(TypedDict):
+    """An open question the user may answer."""
+
+    session_id: str
+    session_title: str | None
+    elicitation_id: str
+    tool: str
+    message: str
+    created_at: UnixTime
+
+
+class InboxFailureOut(TypedDict):
+    """A session of the user's whose last turn failed."""
+
+    session_id: str
+    session_title: str | None
+    error: ErrorInfo | None
+    updated_at: UnixTime
+
+
+class InboxOut(TypedDict):
+    """What waits for the user across their sessions (docs/web.md, Inbox)."""
+
+    object: Literal["inbox"]
+    approvals: Annotated[
+        list[InboxApprovalOut],
+        Doc("open questions in sessions where the user holds edit or more, oldest first"),
+    ]
+    failed: Annotated[
+        list[InboxFailureOut], Doc("the user's sessions whose last turn failed, newest first")
+    ]
+    count: Annotated[int, Doc("len(approvals) + len(failed)")]
+
+
+def inbox_body(approvals: Iterable[Approval], failed: Iterable[Session]) -> InboxOut:
+    questions: list[InboxApprovalOut] = [
+        {
+            "session_id": approval.session_id,
+            "session_title": approval.session.title,
+            "elicitation_id": approval.id,
+            "tool": approval.tool,
+            "message": approval.message,
+            "created_at": unix_seconds(approval.created_at),
+        }
+        for approval in approvals
+    ]
+    failures: list[InboxFailureOut] = [
+        {
+            "session_id": session.id,
+            "session_title": session.title,
+            "error": session.last_task_error,
+            "updated_at": unix_seconds(session.updated_at),
+        }
+        for session in failed
+    ]
+    return {
+        "object": "inbox",
+        "approvals": questions,
+        "failed": failures,
+        "count": len(questions) + len(failures),
+    }

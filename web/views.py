@@ -105,8 +105,26 @@ def session_page(request: HttpRequest, session_id: str) -> HttpResponse:
 
 @with_page_headers
 @signed_in
+def inbox_page(request: HttpRequest) -> HttpResponse:
+    return _page(request, "web/inbox.html", name="inbox")
+
+
+@with_page_headers
+@signed_in
 def runners_page(request: HttpRequest) -> HttpResponse:
     return _page(request, "web/runners.html", name="runners")
+
+
+@with_page_headers
+@signed_in
+def webhooks_page(request: HttpRequest) -> HttpResponse:
+    return _page(request, "web/webhooks.html", name="webhooks")
+
+
+@with_page_headers
+@signed_in
+def schedules_page(request: HttpRequest) -> HttpResponse:
+    return _page(request, "web/schedules.html", name="schedules")
 
 
 class SignInView(LoginView):

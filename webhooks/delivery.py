@@ -22,20 +22,23 @@ import asyncio
 import json
 import logging
 import random
+import ssl
 import time
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import httpx
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from omnigent_site import metrics
 from omnigent_site.users import is_admin
+from webhook_outbox.models import WebhookEvent
 
 from . import fanout, ssrf
 from .models import Delivery, DeliveryAttempt, Webhook
@@ -95,6 +98,10 @@ def claim_due(*, now: datetime, limit: int) -> list[Claimed]:
     """Take up to ``limit`` due deliveries of enabled webhooks: each becomes one attempt
     of this process. Deliveries whose owner lost access end ``failed`` unsent."""
     if limit <= 0:
+        return []
+    due = Delivery.objects.filter(status=Delivery.Status.PENDING, next_attempt_at__lte=now)
+    # A plain read first: an idle process takes no write lock (SQLite has one).
+    if not due.exists():
         return []
     with transaction.atomic():
         rows = list(
@@ -164,9 +171,11 @@ class Sender:
     (the host name goes in ``Host`` and in TLS's SNI and certificate check). One client
     per host name, so a TLS connection made for one name never carries another's."""
 
-    def __init__(self, *, max_clients: int = 64) -> None:
+    def __init__(self, *, max_clients: int = 64, verify: ssl.SSLContext | bool = True) -> None:
         self._clients: OrderedDict[str, httpx.AsyncClient] = OrderedDict()
         self._max_clients = max_clients
+        # The certificate authorities to trust (the system's; tests pass their own).
+        self._verify = verify
 
     def _client(self, host: str) -> httpx.AsyncClient:
         client = self._clients.pop(host, None)
@@ -174,6 +183,7 @@ class Sender:
             client = httpx.AsyncClient(
                 follow_redirects=False,
                 trust_env=False,
+                verify=self._verify,
                 timeout=httpx.Timeout(timeout_s()),
                 limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
             )
@@ -254,19 +264,43 @@ def _disable(webhook_id: str, reason: str) -> None:
 def record_outcome(
     *, claimed: Claimed, outcome: Outcome, now: datetime, rng: random.Random
 ) -> Delivery | None:
-    """Store an attempt's result and decide what comes next. Nothing is stored when
-    the delivery is gone or another attempt claimed it since (its claim expired)."""
+    """``record_outcomes`` for one attempt."""
+    return record_outcomes([(claimed, outcome)], now=now, rng=rng)[0]
+
+
+def record_outcomes(
+    batch: Sequence[tuple[Claimed, Outcome]], *, now: datetime, rng: random.Random
+) -> list[Delivery | None]:
+    """Store the results of attempts and decide what comes next for each, in one
+    transaction. Nothing is stored for a delivery that is gone or that another attempt
+    claimed since (its claim expired): its entry is None."""
+    if not batch:
+        return []
     with transaction.atomic():
-        row = (
-            Delivery.objects.select_for_update()
-            .filter(pk=claimed.delivery_id, attempts=claimed.attempt)
-            .first()
-        )
-        if row is None:
-            return None
-        try:
-            with transaction.atomic():
-                DeliveryAttempt.objects.create(
+        rows = {
+            row.pk: row
+            for row in Delivery.objects.select_for_update(of=("self",))
+            .select_related("webhook")
+            .filter(pk__in=[claimed.delivery_id for claimed, _ in batch])
+        }
+        results: list[Delivery | None] = []
+        attempts: list[DeliveryAttempt] = []
+        changed: list[Delivery] = []
+        # Per webhook: whether a delivery succeeded in this batch, and the failed events
+        # counted after the last success.
+        reset: set[str] = set()
+        failed_events: Counter[str] = Counter()
+        gone: set[str] = set()
+        stamp = timezone.now()
+        for claimed, outcome in batch:
+            row = rows.get(claimed.delivery_id)
+            # Gone, claimed again since, or this attempt's outcome already stored.
+            stale = row is None or row.attempts != claimed.attempt or row.claimed_until is None
+            if row is None or stale or row in changed:
+                results.append(None)
+                continue
+            attempts.append(
+                DeliveryAttempt(
                     delivery=row,
                     number=claimed.attempt,
                     started_at=outcome.started_at,
@@ -274,33 +308,36 @@ def record_outcome(
                     error=outcome.error,
                     latency_ms=outcome.latency_ms,
                 )
-        except IntegrityError:
-            return None
-        row.last_status_code = outcome.status_code
-        row.last_error = outcome.error
-        row.latency_ms = outcome.latency_ms
-        row.claimed_until = None
-        if outcome.delivered:
-            row.status = Delivery.Status.DELIVERED
-            row.next_attempt_at = None
-            Webhook.objects.filter(pk=row.webhook_id, consecutive_failures__gt=0).update(
-                consecutive_failures=0
             )
-        elif outcome.status_code == 410:
-            row.status = Delivery.Status.FAILED
-            row.next_attempt_at = None
-            _disable(row.webhook_id, "the receiver answered 410 Gone")
-        else:
-            delays = retry_delays()
-            if delays and row.attempts < len(delays) + 1 + row.extra_attempts:
-                delay = delays[min(row.attempts, len(delays)) - 1]
-                row.next_attempt_at = now + jittered(delay, rng)
-            else:
+            row.last_status_code = outcome.status_code
+            row.last_error = outcome.error
+            row.latency_ms = outcome.latency_ms
+            row.claimed_until = None
+            row.updated_at = stamp
+            if outcome.delivered:
+                row.status = Delivery.Status.DELIVERED
+                row.next_attempt_at = None
+                reset.add(row.webhook_id)
+                failed_events.pop(row.webhook_id, None)
+            elif outcome.status_code == 410:
                 row.status = Delivery.Status.FAILED
                 row.next_attempt_at = None
-                _count_failed_event(row.webhook_id)
-        row.save(
-            update_fields=[
+                gone.add(row.webhook_id)
+            else:
+                delays = retry_delays()
+                if delays and row.attempts < len(delays) + 1 + row.extra_attempts:
+                    delay = delays[min(row.attempts, len(delays)) - 1]
+                    row.next_attempt_at = now + jittered(delay, rng)
+                else:
+                    row.status = Delivery.Status.FAILED
+                    row.next_attempt_at = None
+                    failed_events[row.webhook_id] += 1
+            changed.append(row)
+            results.append(row)
+        DeliveryAttempt.objects.bulk_create(attempts, ignore_conflicts=True)
+        Delivery.objects.bulk_update(
+            changed,
+            [
                 "status",
                 "last_status_code",
                 "last_error",
@@ -308,19 +345,67 @@ def record_outcome(
                 "claimed_until",
                 "next_attempt_at",
                 "updated_at",
-            ]
+            ],
         )
-    return row
+        to_reset = [
+            pk
+            for pk in reset - set(failed_events)
+            if any(r.webhook_id == pk and r.webhook.consecutive_failures for r in changed)
+        ]
+        if to_reset:
+            Webhook.objects.filter(pk__in=to_reset).update(consecutive_failures=0)
+        for webhook_id, count in failed_events.items():
+            _count_failed_events(webhook_id, count, after_success=webhook_id in reset)
+        for webhook_id in gone:
+            _disable(webhook_id, "the receiver answered 410 Gone")
+        # omnigent_webhook_deliveries_total: each stored attempt, by what became of it.
+        counted = [
+            "delivered"
+            if row.status == Delivery.Status.DELIVERED
+            else "gave_up"
+            if row.status == Delivery.Status.FAILED
+            else "retrying"
+            for row in changed
+        ]
+        transaction.on_commit(lambda: _count_deliveries(counted))
+    return results
 
 
-def _count_failed_event(webhook_id: str) -> None:
-    Webhook.objects.filter(pk=webhook_id).update(consecutive_failures=F("consecutive_failures") + 1)
-    failures = (
+def _count_deliveries(outcomes: list[str]) -> None:
+    for outcome in outcomes:
+        metrics.webhook_delivered(status=outcome)
+
+
+def _count_failed_events(webhook_id: str, count: int, *, after_success: bool) -> None:
+    failures = F("consecutive_failures") + count if not after_success else count
+    Webhook.objects.filter(pk=webhook_id).update(consecutive_failures=failures)
+    total = (
         Webhook.objects.filter(pk=webhook_id).values_list("consecutive_failures", flat=True).first()
     )
     limit = int(settings.OMNIGENT_WEBHOOK_DISABLE_AFTER)
-    if failures is not None and limit > 0 and failures >= limit:
-        _disable(webhook_id, f"{failures} events in a row failed to deliver")
+    if total is not None and limit > 0 and total >= limit:
+        _disable(webhook_id, f"{total} events in a row failed to deliver")
+
+
+# --- retention --------------------------------------------------------------------------
+
+PRUNE_EVERY_S = 3600.0
+
+
+def prune(*, now: datetime) -> int:
+    """Delete deliveries finished longer than ``OMNIGENT_WEBHOOK_RETENTION_DAYS`` ago
+    (with their attempts), then the events left without a delivery; returns the rows
+    deleted with the deliveries. Pending deliveries are kept, however old."""
+    cutoff = now - timedelta(days=float(settings.OMNIGENT_WEBHOOK_RETENTION_DAYS))
+    deleted, _ = (
+        Delivery.objects.filter(updated_at__lt=cutoff)
+        .exclude(status=Delivery.Status.PENDING)
+        .delete()
+    )
+    WebhookEvent.objects.filter(
+        dispatched=True, created_at__lt=cutoff, deliveries__isnull=True
+    ).delete()
+    return int(deleted)
 
 
 # --- the worker -------------------------------------------------------------------------
@@ -343,10 +428,18 @@ class Worker:
         self.concurrency = concurrency or int(settings.OMNIGENT_WEBHOOK_CONCURRENCY)
         self.sender = sender or Sender()
         self.in_flight: set[asyncio.Task[None]] = set()
+        # Outcomes of finished attempts, recorded together at the start of a round.
+        self.finished: list[tuple[Claimed, Outcome]] = []
         self.woken = asyncio.Event()
+
+    async def record(self) -> None:
+        batch, self.finished = self.finished, []
+        if batch:
+            await database_sync_to_async(record_outcomes)(batch, now=self.clock(), rng=self.rng)
 
     async def step(self) -> bool:
         """One round; True when there may be more to do at once."""
+        await self.record()
         taken = await database_sync_to_async(fanout.fan_out)(now=self.clock())
         room = self.concurrency - len(self.in_flight)
         claimed = await database_sync_to_async(claim_due)(now=self.clock(), limit=room)
@@ -363,21 +456,28 @@ class Worker:
     async def _attempt(self, claimed: Claimed) -> None:
         try:
             outcome = await self.sender.send(claimed, now=self.clock())
-            await database_sync_to_async(record_outcome)(
-                claimed=claimed, outcome=outcome, now=self.clock(), rng=self.rng
-            )
         except Exception:
             # The claim expires and the attempt is retried.
             log.exception("could not deliver %s", claimed.delivery_id)
+            return
+        self.finished.append((claimed, outcome))
 
     async def drain(self, *, deadline_s: float) -> None:
-        """Wait for the attempts in flight (tests and the benchmark)."""
+        """Wait for the attempts in flight and record their outcomes."""
         if self.in_flight:
             await asyncio.wait(set(self.in_flight), timeout=deadline_s)
+        await self.record()
 
     async def run(self, *, poll_s: float) -> None:
+        pruned_at = time.monotonic()
         while True:
             self.woken.clear()
+            if time.monotonic() - pruned_at >= PRUNE_EVERY_S:
+                pruned_at = time.monotonic()
+                try:
+                    await database_sync_to_async(prune)(now=self.clock())
+                except Exception:
+                    log.exception("could not prune old webhook deliveries")
             try:
                 more = await self.step()
             except Exception:
@@ -406,10 +506,17 @@ def wake() -> None:
 async def deliver_forever() -> None:
     """The process-wide loop (``on_serve``): rounds on every wake-up and every
     ``OMNIGENT_WEBHOOK_POLL_S``, until cancelled."""
+    await serve(Worker(), poll_s=float(settings.OMNIGENT_WEBHOOK_POLL_S))
+
+
+async def serve(worker: Worker, *, poll_s: float) -> None:
+    """Run ``worker`` as this process's worker (the one ``wake`` reaches)."""
     global _worker, _loop
-    _worker, _loop = Worker(), asyncio.get_running_loop()
+    _worker, _loop = worker, asyncio.get_running_loop()
     try:
-        await _worker.run(poll_s=float(settings.OMNIGENT_WEBHOOK_POLL_S))
+        await worker.run(poll_s=poll_s)
     finally:
-        await _worker.sender.aclose()
-        _worker = None
+        await worker.drain(deadline_s=1.0)
+        await worker.sender.aclose()
+        if _worker is worker:
+            _worker = None

@@ -9,6 +9,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from audit import actions as audit_actions
+from audit import services as audit
 from omnigent_site.domain_errors import Conflict
 from omnigent_site.ids import new_id
 from webhook_outbox.events import enqueue_webhook_event
@@ -30,13 +32,33 @@ def create_webhook(
 ) -> Webhook:
     """A new webhook, enabled, with a fresh secret; a URL it may not call is a 400."""
     ssrf.check_url(url)
-    return Webhook.objects.create(
-        id=new_id("wh_"),
-        owner=owner,
-        url=url,
-        events=events,
-        description=description,
-        secret=new_secret(),
+    with transaction.atomic():
+        webhook = Webhook.objects.create(
+            id=new_id("wh_"),
+            owner=owner,
+            url=url,
+            events=events,
+            description=description,
+            secret=new_secret(),
+        )
+        _audit(webhook, actor=owner, change="created", fields=["url", "events", "description"])
+    return webhook
+
+
+def _audit(webhook: Webhook, *, actor: AuthUser | None, change: str, fields: list[str]) -> None:
+    """The audit record of a webhook change (lifecycle.md), never with its secret."""
+    audit.record(
+        actor=actor,
+        action=audit_actions.WEBHOOK_CHANGE,
+        target_type="webhook",
+        target_id=webhook.id,
+        details={
+            "change": change,
+            "fields": sorted(set(fields) - {"updated_at"}),
+            "url": webhook.url,
+            "events": webhook.events,
+            "enabled": webhook.enabled,
+        },
     )
 
 
@@ -47,6 +69,7 @@ def update_webhook(
     events: Any = UNSET,
     description: Any = UNSET,
     enabled: Any = UNSET,
+    actor: AuthUser | None = None,
 ) -> Webhook:
     """Change what was given. Enabling a webhook the server disabled clears the reason
     and the failure count; its pending deliveries resume."""
@@ -68,16 +91,20 @@ def update_webhook(
             webhook.disabled_reason = ""
             webhook.consecutive_failures = 0
             fields += ["disabled_reason", "consecutive_failures"]
-    webhook.save(update_fields=fields)
+    with transaction.atomic():
+        webhook.save(update_fields=fields)
+        _audit(webhook, actor=actor, change="updated", fields=fields)
     return webhook
 
 
-def delete_webhook(*, webhook: Webhook) -> None:
+def delete_webhook(*, webhook: Webhook, actor: AuthUser | None = None) -> None:
     """The webhook and its deliveries; an attempt in flight finishes unrecorded."""
-    webhook.delete()
+    with transaction.atomic():
+        _audit(webhook, actor=actor, change="deleted", fields=[])
+        webhook.delete()
 
 
-def rotate_secret(*, webhook: Webhook) -> str:
+def rotate_secret(*, webhook: Webhook, actor: AuthUser | None = None) -> str:
     """A new secret; the current one keeps signing beside it for 24 hours."""
     secret = new_secret()
     with transaction.atomic():
@@ -88,6 +115,7 @@ def rotate_secret(*, webhook: Webhook) -> str:
         locked.save(
             update_fields=["secret", "previous_secret", "previous_secret_expires_at", "updated_at"]
         )
+        _audit(locked, actor=actor, change="secret rotated", fields=["secret"])
     webhook.refresh_from_db()
     return secret
 

@@ -97,6 +97,44 @@ def _bundle(name: str) -> bytes:
     return build_bundle({"agent.yaml": agent_yaml(name)})
 
 
+def _webhook(client_for: Any, change: str) -> Any:
+    from django.test import override_settings
+
+    alice = client_for(ALICE)
+    with override_settings(OMNIGENT_WEBHOOK_ALLOW_HTTP=True, OMNIGENT_WEBHOOK_ALLOW_PRIVATE=True):
+        created = alice.post(
+            "/v1/webhooks", {"url": "http://127.0.0.1:9/hook", "events": ["*"]}, format="json"
+        )
+        if change == "created":
+            return created
+        AuditRecord.objects.all()._raw_delete(connection.alias)  # only this change counts
+        path = f"/v1/webhooks/{created.json()['id']}"
+        if change == "updated":
+            return alice.patch(path, {"description": "ci"}, format="json")
+        if change == "secret rotated":
+            return alice.post(f"{path}/rotate-secret")
+        return alice.delete(path)
+
+
+WEBHOOK_CHANGES = {"created": 201, "updated": 200, "secret rotated": 200, "deleted": 200}
+
+
+@pytest.mark.parametrize("change", list(WEBHOOK_CHANGES))
+def test_every_webhook_change_writes_one_record(change: str, client_for: Any) -> None:
+    response = _webhook(client_for, change)
+    assert response.status_code == WEBHOOK_CHANGES[change], response.content
+    record = AuditRecord.objects.get()
+    assert (record.action, record.actor, record.details["change"]) == (
+        actions.WEBHOOK_CHANGE,
+        ALICE,
+        change,
+    )
+    from webhooks.models import Webhook
+
+    for webhook in Webhook.objects.all():
+        assert webhook.secret not in json.dumps(record.details)
+
+
 ACTS: dict[str, tuple[Callable[[Any, str], Any], int]] = {
     actions.APPROVAL_VERDICT: (_resolve, 202),
     actions.PERMISSION_GRANT: (_grant, 200),
@@ -308,3 +346,21 @@ def test_turn_end_cancellation_and_expiry_are_recorded_without_a_person(
         (None, "expired"),
         (None, "cancelled"),
     ]
+
+
+@pytest.mark.postgres
+def test_the_postgres_trigger_refuses_deletes_except_the_retentions() -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    if connection.vendor != "postgresql":
+        pytest.skip("runs on PostgreSQL (make test-postgres)")
+    audit_services.record(
+        actor=ALICE, action=actions.SESSION_DELETE, target_type="session", target_id="a"
+    )
+    with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("DELETE FROM audit_auditrecord")
+    cutoff = timezone.now() + timedelta(seconds=1)
+    assert audit_services.purge_older_than(cutoff=cutoff) == 1
+    assert AuditRecord.objects.count() == 0

@@ -41,6 +41,8 @@ from workspaces.services import apply_workspace_changes
 
 from .conformance_approvals import exercise_approvals
 from .conformance_files import exercise_fork, exercise_session_files
+from .conformance_schedules import exercise_schedules
+from .conformance_transfer import exercise_transfer
 from .conformance_webhooks import exercise_webhooks
 from .conftest import ALICE, BOB, CAROL, upload
 from .workspace_conformance import exercise_workspace
@@ -616,13 +618,15 @@ def exercise_deletes_and_identity(
     statuses = [
         alice("get", "/v1/me"),
         anon("get", "/v1/me"),
+        alice("get", "/v1/inbox"),
+        anon("get", "/v1/inbox"),
         anon("get", "/v1/"),
         bob("delete", SESSION, session_id=session_id),
         anon("delete", SESSION, session_id=session_id),
         alice("delete", SESSION, session_id=session_id),
         alice("delete", SESSION, session_id=session_id),
     ]
-    assert [r.status_code for r in statuses] == [200, 401, 200, 403, 401, 200, 404]
+    assert [r.status_code for r in statuses] == [200, 401, 200, 401, 200, 403, 401, 200, 404]
 
 
 def exercise_rate_limits(alice: Caller, conformance: Conformance, session_id: str) -> None:
@@ -700,10 +704,12 @@ def test_every_response_matches_its_documented_schema(
     exercise_runners(alice, bob, anon)
     exercise_webhooks(alice, bob, anon)
     exercise_audit(alice, anon)
+    exercise_schedules(carol, alice, anon, template)
     exercise_large_bodies(alice, template, session_id)
     exercise_hostile_input(alice, template, session_id)
     exercise_session_files(alice, bob, anon, session_id)
     exercise_fork(alice, anon, session_id)
+    exercise_transfer(alice, anon, session_id)
     exercise_deletes_and_identity(alice, bob, anon, session_id)
     exercise_cross_site_refusals(alice, conformance, other)
     exercise_rate_limits(alice, conformance, other)

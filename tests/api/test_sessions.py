@@ -42,7 +42,10 @@ SESSION_KEYS = {
     "permission_level",
     "pending_elicitations_count",
     "share_workspace_files",
+    "archived",
 }
+# The snapshot adds the transcript, the open questions and the MCP servers' states.
+SNAPSHOT_KEYS = SESSION_KEYS | {"items", "pending_elicitations", "mcp_servers"}
 
 
 def is_int(value: object) -> bool:
@@ -201,7 +204,7 @@ def test_json_create_returns_the_full_session_object(client_for, template) -> No
     )
     assert response.status_code == 201, response.content
     body = response.json()
-    assert set(body) == SESSION_KEYS | {"items", "pending_elicitations"}
+    assert set(body) == SNAPSHOT_KEYS
     assert body["id"].startswith("conv_")
     assert body["object"] == "session"
     assert body["agent_id"] == template
@@ -302,7 +305,7 @@ def test_get_session_with_items_and_without(client_for, template) -> None:
         format="json",
     ).json()["id"]
     body = client.get(f"/v1/sessions/{session_id}").json()
-    assert set(body) == SESSION_KEYS | {"items", "pending_elicitations"}
+    assert set(body) == SNAPSHOT_KEYS
     assert len(body["items"]) == 1
     assert body["items"][0]["data"]["content"] == [{"type": "input_text", "text": "q"}]
     assert "content" not in body["items"][0]
@@ -460,7 +463,7 @@ def test_patch_title_and_labels(client_for, create_session) -> None:
     )
     assert response.status_code == 200, response.content
     body = response.json()
-    assert set(body) == SESSION_KEYS | {"items", "pending_elicitations"}
+    assert set(body) == SNAPSHOT_KEYS
     assert body["title"] == "new"
     assert body["labels"] == {"b": "2"}
     assert body["updated_at"] > int(BASE_TIME.timestamp())

@@ -19,7 +19,7 @@ from .conftest import ALICE
 
 pytestmark = pytest.mark.django_db
 
-PAGES = ["/", "/new", "/s/conv_anything", "/runners"]
+PAGES = ["/", "/new", "/s/conv_anything", "/runners", "/webhooks", "/schedules"]
 STATIC = Path(__file__).resolve().parents[2] / "web" / "static" / "web"
 
 

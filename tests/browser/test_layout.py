@@ -103,6 +103,9 @@ def test_every_page_fits_390_px_without_horizontal_scrolling(
     page.click("#register-form button[type=submit]")
     page.wait_for_selector("#registered:not([hidden])")
     widths["runners-registered"] = overflow(page)
+    page.goto(f"{server.url}/webhooks")
+    page.wait_for_selector("#webhook-events input[value='runner.offline']")
+    widths["webhooks"] = overflow(page)
     context.close()
     assert widths == dict.fromkeys(widths, 0), widths
 
@@ -219,6 +222,7 @@ def test_dark_mode_follows_the_system_setting_and_every_page_stays_readable(
             ("sessions", "/", "li.session-row"),
             ("new", "/new", "#runner option[value^=runner_token_]"),
             ("runners", "/runners", "#runner-rows tr"),
+            ("webhooks", "/webhooks", "#webhook-events input[value='runner.offline']"),
         ]
         for name, path, ready in pages:
             if path:

@@ -199,7 +199,7 @@ def test_no_runner_banner_goes_when_a_runner_is_bound_and_a_fork_asks_for_no_wor
     banner = page.wait_for_selector("#session-error:not([hidden])")
     assert "no runner is bound" in banner.inner_text()
     page.select_option("#runner-select", runner.runner_id)
-    page.wait_for_selector("#runner-label:has-text('runner online')")
+    page.wait_for_selector("#runner-label:has-text('e2e online')")
     page.wait_for_selector("#session-error", state="hidden")
     page.wait_for_selector("#ws-tree button:has-text('readme.txt')")
     assert page.is_hidden("#ws-note")

@@ -119,7 +119,7 @@ def test_sign_in_create_chat_diff_stop_share_and_live_list(
     assert "Write a greeting" in created_row.inner_text()
     page.wait_for_selector("body[data-ready='1']")
     assert page.inner_text("#title") == "Write a greeting"
-    assert page.inner_text("#runner-label") == "runner online"
+    assert page.inner_text("#runner-label") == "e2e online"
 
     # A turn that edits a file, then answers in streamed Markdown with an XSS payload.
     mock_llm.configure(

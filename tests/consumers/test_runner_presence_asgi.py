@@ -76,3 +76,18 @@ async def test_the_stream_hears_its_runner_go_off_and_online_and_unbound(
     # Nothing of it was stored in the session's event log.
     assert await database_sync_to_async(SessionEvent.objects.count)() == events_before
     await call.disconnect()
+
+
+def test_a_runner_registered_without_a_name_is_named_after_its_host() -> None:
+    alice = get_or_create_user("alice@example.com")
+    unnamed, _ = runner_services.register_runner(owner=alice)
+    named, _ = runner_services.register_runner(owner=alice, name="laptop")
+    for runner in (unnamed, named):
+        runner_services.mark_connected(
+            runner_id=runner.id,
+            channel_name=f"test.{runner.id}",
+            runner_version="t",
+            workspace={"root": "/w", "host": "build-box"},
+        )
+        runner.refresh_from_db()
+    assert (unnamed.name, named.name) == ("build-box", "laptop")

@@ -33,6 +33,7 @@ PRODUCTION_APPS = (
     "webhook_outbox",
     "audit",
     "web",
+    "schedules",
 )
 FORBIDDEN = ("testing", "tests")
 ROOT_PACKAGES = (*PRODUCTION_APPS, "testing")
@@ -123,6 +124,8 @@ def _fake_project(root: Path, modules: dict[str, str]) -> None:
         ("audit.services", "import sessions.models\n", "apps-in-one-direction"),
         ("api.views", "import web.views\n", "apps-in-one-direction"),
         ("web.views", "from api import views\n", "apps-in-one-direction"),
+        ("runners.services", "import schedules.services\n", "apps-in-one-direction"),
+        ("schedules.services", "import api.schedule_views\n", "apps-in-one-direction"),
         ("omnigent_runner.tunnel", "import django\n", "runner-without-django"),
         ("omnigent_runner.agent", "import sessions.models\n", "runner-without-django"),
         ("api.views", "import testing.mockllm\n", "no-test-doubles-in-production"),

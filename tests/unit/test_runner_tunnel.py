@@ -11,6 +11,7 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -881,7 +882,11 @@ async def test_cli_runs_the_tunnel_and_stops_cleanly_on_sigterm(
     try:
         ws = await server.accept()
         hello = await handshake(ws)
-        assert hello["workspace"] == {"root": str(workspace.resolve()), "vcs": "git"}
+        assert hello["workspace"] == {
+            "root": str(workspace.resolve()),
+            "vcs": "git",
+            "host": socket.gethostname(),
+        }
         await round_trip(ws)
         proc.terminate()
         await asyncio.wait_for(ws.wait_closed(), DEADLINE)

@@ -32,6 +32,10 @@ ALLOWED = {
     # The admin's "runner online" column and its raw id field.
     ("admin.py", "SessionAdmin"),
     ("admin.py", "SessionAdmin.runner_online"),
+    # ``session.runner`` on the session stream: the bound runner's name and online state,
+    # read with the sessions bound to it (one query) and rendered per session.
+    ("runner_presence.py", "_publish"),
+    ("stream_events.py", "session_runner_event"),
     # The relation itself, and its index.
     ("models.py", "Session"),
     ("models.py", "Session.Meta"),

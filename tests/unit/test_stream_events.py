@@ -54,6 +54,7 @@ SESSION_STREAM_KEYS: dict[str, list[str]] = {
         "phase",
     ],
     "session.mcp_status": ["type", "session_id", "servers"],
+    "session.runner": ["type", "session_id", "runner_id", "runner_name", "runner_online"],
     "session.resync": ["type", "session_id"],
     "stream.overflow": ["type", "session_id", "last_event_id", "message"],
 }
@@ -164,6 +165,7 @@ def session_stream_events() -> dict[str, Callable[[], Any]]:
         "stream.overflow": lambda: events.stream_overflow_event(
             session_id="conv_1", last_event_id=7
         ),
+        "session.runner": lambda: events.session_runner_event(session),
     }
 
 
@@ -207,7 +209,7 @@ def test_optional_keys_are_left_out_when_there_is_nothing_to_say() -> None:
 
 
 def test_stored_events_are_the_session_stream_without_its_own_frames() -> None:
-    own = {"session.heartbeat", "session.resync", "stream.overflow"}
+    own = {"session.heartbeat", "session.runner", "session.resync", "stream.overflow"}
     assert set(stream_events.STORED_EVENTS) == set(stream_events.EVENTS) - own
     # The type ``record_event`` takes lists the same shapes as the table.
     assert set(get_args(stream_events.StoredEvent)) == set(stream_events.STORED_EVENTS.values())

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import socket
-import threading
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from testing.webhook_receiver import WebhookReceiver
 
 # The API tests' session fixtures, for events about sessions.
 from tests.api.conftest import create_session, grant  # noqa: F401
@@ -51,63 +50,11 @@ def fake_dns(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[str]]:
     return table
 
 
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass
-class Receiver:
-    """A real HTTP server on loopback: records every request, answers ``status``."""
-
-    url: str
-    requests: list[Received] = field(default_factory=list)
-    status: int = 200
-    answer: Callable[[Received], int] | None = None
-    arrived: threading.Condition = field(default_factory=threading.Condition)
-
-    def wait_for(self, count: int, *, timeout: float = 10.0) -> list[Received]:
-        with self.arrived:
-            assert self.arrived.wait_for(lambda: len(self.requests) >= count, timeout), (
-                f"{len(self.requests)} of {count} requests arrived"
-            )
-            return list(self.requests)
-
-
 @pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    state: dict[str, Receiver] = {}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-            length = int(self.headers.get("content-length") or 0)
-            got = Received(
-                self.path, {k.lower(): v for k, v in self.headers.items()}, self.rfile.read(length)
-            )
-            me = state["receiver"]
-            status = me.answer(got) if me.answer else me.status
-            with me.arrived:
-                me.requests.append(got)
-                me.arrived.notify_all()
-            self.send_response(status)
-            self.send_header("content-length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state["receiver"] = Receiver(url=f"http://127.0.0.1:{server.server_port}/hook")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield state["receiver"]
-    finally:
-        server.shutdown()
-        server.server_close()
+def receiver() -> Iterator[WebhookReceiver]:
+    """A real HTTP receiver on loopback (``testing/webhook_receiver.py``)."""
+    with WebhookReceiver() as running:
+        yield running
 
 
 @pytest.fixture

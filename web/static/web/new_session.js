@@ -25,7 +25,7 @@ async function fill() {
   const online = runners.data.filter((runner) => runner.online);
   for (const runner of online) {
     runnerSelect.append(
-      el("option", { value: runner.runner_id, text: runner.name || runner.runner_id }),
+      el("option", { value: runner.runner_id, text: runner.name || "unnamed runner" }),
     );
   }
   if (online.length === 1) runnerSelect.value = online[0].runner_id;

@@ -33,9 +33,15 @@ function row(runner, sessions) {
     el(
       "td",
       {},
-      el("strong", { text: runner.name || "(unnamed)" }),
-      el("br"),
-      el("code", { class: "muted", text: runner.runner_id }),
+      el("strong", { class: "runner-name", text: runner.name || "(unnamed: named after its host when it connects)" }),
+      // The raw id and version only in the details.
+      el(
+        "details",
+        { class: "runner-details" },
+        el("summary", { class: "muted", text: "Details" }),
+        el("code", { class: "runner-id", text: runner.runner_id }),
+        runner.runner_version ? el("span", { class: "muted", text: ` · version ${runner.runner_version}` }) : null,
+      ),
     ),
     el(
       "td",
@@ -75,7 +81,7 @@ function row(runner, sessions) {
         type: "button",
         class: "danger",
         text: "Revoke",
-        "aria-label": `Revoke ${runner.name || runner.runner_id}`,
+        "aria-label": `Revoke ${runner.name || "this runner"}`,
         onclick: () => revoke(runner),
       }),
     ),
@@ -83,7 +89,7 @@ function row(runner, sessions) {
 }
 
 async function revoke(runner) {
-  if (!window.confirm(`Revoke ${runner.name || runner.runner_id}? Its token stops working.`)) {
+  if (!window.confirm(`Revoke ${runner.name || "this runner"}? Its token stops working.`)) {
     return;
   }
   try {

@@ -8,9 +8,10 @@
 // `session.resync` (or a reconnect before any event id was seen) reloads the snapshot.
 import { api, bootData, get } from "./api.js";
 import { ApprovalCards } from "./approvals.js";
-import { uploadAll } from "./attachments.js";
+import { AttachmentChips, uploadAll } from "./attachments.js";
 import { ChangesPanel } from "./changes.js";
 import { ShareDialog } from "./share.js";
+import { notify, refreshInbox } from "./inbox.js";
 import { EventStream } from "./sse.js";
 import { Transcript, flatten } from "./transcript.js";
 import { el, isTransient, showError } from "./util.js";
@@ -49,6 +50,9 @@ async function loadSnapshot() {
     if (snapshot.status === "failed" && snapshot.last_task_error) {
       transcript.error("last", snapshot.last_task_error.message);
     }
+    if (snapshot.status === "running" || snapshot.status === "waiting") {
+      transcript.markQueued(snapshot.active_response_id);
+    }
     drawHeader();
     approvals.reset(snapshot.pending_elicitations, snapshot.permission_level >= 2);
     if (snapshot.permission_level >= 2 || snapshot.share_workspace_files) {
@@ -65,14 +69,61 @@ async function loadSnapshot() {
     for (const event of pending) apply(event);
     changes.reload().catch(() => {});
     approvals.loadVerdicts().catch(() => {});
+    loadTurnEnds().catch(() => {});
+    drawWorking();
     document.body.dataset.ready = "1";
     performance.mark("omnigent-session-ready");
+    showSearchHit();
   })();
   try {
     await loading;
   } finally {
     loading = null;
   }
+}
+
+// A search result opens the session at its match: `#item-<id>` (sessions.js).
+let hitShown = false;
+function showSearchHit() {
+  if (hitShown || !window.location.hash.startsWith("#item-")) return;
+  hitShown = true;
+  const itemId = decodeURIComponent(window.location.hash.slice("#item-".length));
+  const node = [...$("transcript").querySelectorAll("[data-id]")].find(
+    (entry) => entry.dataset.id === itemId,
+  );
+  if (!node) return;
+  node.classList.add("search-hit");
+  node.scrollIntoView({ block: "center" });
+}
+
+// Turns that were stopped or failed leave a trace after their last entry, after a reload
+// too: read from the turns listing once the snapshot is drawn.
+async function loadTurnEnds() {
+  let after = null;
+  let failedDrawn = false;
+  for (;;) {
+    const query = `?limit=100${after ? `&after=${encodeURIComponent(after)}` : ""}`;
+    const page = await get(`${base}/responses${query}`);
+    for (const turn of page.data) {
+      if (turn.status === "cancelled") transcript.trace(turn.id, "stopped", "Stopped");
+      else if (turn.status === "failed") {
+        transcript.error(turn.id, turn.error?.message ?? "the turn failed");
+        failedDrawn = true;
+      }
+    }
+    if (!page.has_more || !page.last_id) break;
+    after = page.last_id;
+  }
+  if (failedDrawn) transcript.dropTrace("last");
+}
+
+// While a turn runs and nothing streams yet, a line says the agent is working (and on
+// which tool, when a tool card is still running).
+function drawWorking() {
+  const node = $("working");
+  const text = session?.status === "running" && connected ? transcript.activity() : null;
+  node.hidden = !text;
+  node.textContent = text ?? "";
 }
 
 // The tab title leads with the number of questions waiting, "(1) title", so a question is
@@ -93,6 +144,7 @@ function drawHeader() {
   $("share").hidden = level < 3;
   drawStatus();
   drawRunner();
+  drawWorking();
   $("composer").hidden = level < 2;
   if (level < 2) {
     $("composer-note").textContent = "";
@@ -136,7 +188,7 @@ async function drawRunner() {
   const options = [new Option("No runner", "")];
   for (const runner of runners.data) {
     if (runner.online || runner.runner_id === session.runner_id) {
-      options.push(new Option(runner.name || runner.runner_id, runner.runner_id));
+      options.push(new Option(runner.name || "unnamed runner", runner.runner_id));
     }
   }
   select.replaceChildren(...options);
@@ -149,9 +201,18 @@ function apply(event) {
     held.push(event);
     return;
   }
+  handle(event);
+  drawWorking();
+}
+
+let stopRequested = null; // the turn this page asked to stop
+
+function handle(event) {
   switch (event.type) {
     case "session.status":
       session.status = event.status;
+      session.active_response_id = event.response_id;
+      if (event.response_id && event.status === "running") transcript.started(event.response_id);
       drawStatus();
       if (event.status === "failed" && event.error) {
         transcript.error(event.response_id ?? "status", event.error.message);
@@ -161,7 +222,18 @@ function apply(event) {
       transcript.add({ id: event.data.item_id, type: event.data.type, ...event.data.data });
       break;
     case "response.output_text.delta":
-      transcript.delta(event.item_id, event.delta);
+      transcript.delta(event.item_id, event.delta, event.response_id);
+      break;
+    case "response.created":
+    case "response.in_progress":
+      transcript.started(event.response.id);
+      break;
+    case "response.cancelled":
+      transcript.trace(
+        event.response.id,
+        "stopped",
+        stopRequested === event.response.id ? "Stopped by you" : "Stopped",
+      );
       break;
     case "response.output_item.done":
       transcript.add(event.item);
@@ -171,10 +243,19 @@ function apply(event) {
       break;
     case "response.elicitation_request":
       approvals.requested(event);
+      // The tab is hidden: a browser notification, if the user opted in (inbox.js).
+      notify({
+        key: `a:${event.elicitation_id}`,
+        title: "A question is waiting",
+        body: `${session.title || "Untitled session"}: ${event.params?.message ?? "the agent asks to run a tool"}`,
+        session: sessionId,
+      });
+      refreshInbox().catch(() => {});
       break;
     case "response.elicitation_resolved":
       approvals.resolved(event);
       approvals.fetchVerdict(event.elicitation_id).catch(() => {});
+      refreshInbox().catch(() => {});
       break;
     case "session.changed_files.invalidated":
       changes.reload().catch(() => {});
@@ -277,6 +358,7 @@ const stream = new EventStream(`${base}/stream`, {
     if (session && wasConnected !== connected) {
       drawStatus();
       drawRunner();
+      drawWorking();
     }
     if (state === "gone") {
       showError(errorNode, new Error(error?.status === 404 ? "This session does not exist, or you have no access to it." : "You no longer have access to this session."));
@@ -302,7 +384,7 @@ stream.start();
 
 async function send() {
   const text = message.value;
-  const files = [...($("attach").files ?? [])];
+  const files = chips.files;
   if (!text.trim() && !files.length) return;
   $("send").disabled = true;
   showError(errorNode, null);
@@ -310,10 +392,18 @@ async function send() {
     const content = [];
     if (text.trim()) content.push({ type: "input_text", text });
     content.push(...(await uploadAll(sessionId, files)));
-    await api("POST", `${base}/events`, { type: "message", data: { role: "user", content } });
+    const busy = session && (session.status === "running" || session.status === "waiting");
+    const running = session?.active_response_id;
+    const accepted = await api("POST", `${base}/events`, {
+      type: "message",
+      data: { role: "user", content },
+    });
+    // Sent while another turn runs: it waits for that one.
+    if (busy && accepted?.response_id && accepted.response_id !== running) {
+      transcript.queued(accepted.item_id, accepted.response_id);
+    }
     message.value = "";
-    $("attach").value = "";
-    $("composer-note").textContent = "";
+    chips.clear();
   } catch (error) {
     showError(errorNode, error);
   } finally {
@@ -334,6 +424,7 @@ message.addEventListener("keydown", (event) => {
 });
 $("stop").addEventListener("click", async () => {
   try {
+    stopRequested = session?.active_response_id ?? null;
     await api("POST", `${base}/events`, { type: "interrupt" });
   } catch (error) {
     showError(errorNode, error);
@@ -377,10 +468,8 @@ $("runner-select").addEventListener("change", async (event) => {
     drawRunner();
   }
 });
-$("attach").addEventListener("change", () => {
-  const names = [...$("attach").files].map((file) => file.name);
-  $("composer-note").textContent = names.length ? `Attached: ${names.join(", ")}` : "";
-});
+const chips = new AttachmentChips($("attach"), $("chips"));
+setInterval(() => transcript.tick(), 30000);
 
 async function fork(responseId) {
   try {
@@ -392,5 +481,7 @@ async function fork(responseId) {
   }
 }
 $("fork").addEventListener("click", () => fork(null));
+// The export with the session's files, as a download (lifecycle.md, Export and import).
+$("export").href = `${base}/export?files=1`;
 
 $("share").addEventListener("click", () => share.open().catch((error) => showError(errorNode, error)));

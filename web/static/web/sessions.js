@@ -1,8 +1,10 @@
 // The session list (web.md, Sessions): newest activity first, search and status filter,
-// live through GET /v1/sessions/updates.
-import { get } from "./api.js";
+// live through GET /v1/sessions/updates. The search box asks the server as you type
+// (GET /v1/sessions?search_query=, debounced): titles and what was said; a result opens
+// its session at the first matching item.
+import { api, get } from "./api.js";
 import { EventStream } from "./sse.js";
-import { el, isoTime, relativeTime } from "./util.js";
+import { el, isoTime, relativeTime, showError } from "./util.js";
 
 const list = document.getElementById("session-list");
 const empty = document.getElementById("empty");
@@ -10,7 +12,16 @@ const search = document.getElementById("search");
 const statusFilter = document.getElementById("status-filter");
 const live = document.getElementById("live");
 
+const searchNote = document.getElementById("search-note");
+const importForm = document.getElementById("import-form");
+const importFile = document.getElementById("import-file");
+const importError = document.getElementById("import-error");
+
 const rows = new Map(); // session id -> list row (the API's shape)
+const SEARCH_DELAY_MS = 250;
+let results = null; // the rows the current search found, in the server's order; null: none
+let searchTimer = null;
+let searchRound = 0; // an answer to an older query than the box holds is dropped
 
 async function reload() {
   const page = await get("/v1/sessions?limit=1000&sort_by=updated_at&order=desc");
@@ -20,22 +31,66 @@ async function reload() {
 }
 
 function matches(row) {
-  const query = search.value.trim().toLowerCase();
-  if (query && !(row.title ?? "").toLowerCase().includes(query)) return false;
   return !statusFilter.value || row.status === statusFilter.value;
+}
+
+function onSearchInput() {
+  clearTimeout(searchTimer);
+  const query = search.value.trim();
+  if (!query) {
+    searchRound += 1;
+    results = null;
+    searchNote.hidden = true;
+    render();
+    return;
+  }
+  searchTimer = setTimeout(() => runSearch(query), SEARCH_DELAY_MS);
+}
+
+async function runSearch(query) {
+  const round = ++searchRound;
+  const path =
+    "/v1/sessions?limit=100&sort_by=updated_at&order=desc&search_query=" +
+    encodeURIComponent(query);
+  try {
+    const page = await get(path);
+    if (round !== searchRound) return;
+    results = page.data;
+    searchNote.textContent = results.length ? "" : `No session mentions “${query}”.`;
+    searchNote.hidden = results.length > 0;
+  } catch (error) {
+    if (round !== searchRound) return;
+    results = [];
+    searchNote.textContent = error.message;
+    searchNote.hidden = false;
+  }
+  document.body.dataset.searched = query;
+  render();
+}
+
+// The snippet's matched words come between « and »; the text is never read as HTML.
+function snippet(text) {
+  const node = el("span", { class: "row-snippet" });
+  text.split(/[«»]/).forEach((part, index) => {
+    if (part) node.append(index % 2 ? el("mark", { text: part }) : part);
+  });
+  return node;
 }
 
 function item(row) {
   const title = row.title || "Untitled session";
   const pending = row.pending_elicitations_count ?? 0;
+  let href = `/s/${encodeURIComponent(row.id)}`;
+  if (row.search_item_id) href += `#item-${encodeURIComponent(row.search_item_id)}`;
   return el(
     "li",
     { class: "session-row", dataset: { id: row.id, status: row.status } },
     el(
       "a",
-      { href: `/s/${encodeURIComponent(row.id)}`, class: "row-link" },
+      { href, class: "row-link" },
       el("span", { class: "row-title", text: title }),
       el("span", { class: "row-agent", text: row.agent_name }),
+      row.search_snippet ? snippet(row.search_snippet) : null,
     ),
     el("span", { class: "badge", dataset: { status: row.status }, text: row.status }),
     pending > 0
@@ -49,8 +104,8 @@ function item(row) {
       ? el("span", {
           class: "dot",
           dataset: { online: row.runner_online ? "yes" : "no" },
-          title: row.runner_online ? "runner online" : "runner offline",
-          "aria-label": row.runner_online ? "runner online" : "runner offline",
+          title: `${row.runner_name ?? "runner"} ${row.runner_online ? "online" : "offline"}`,
+          "aria-label": `${row.runner_name ?? "runner"} ${row.runner_online ? "online" : "offline"}`,
           role: "img",
         })
       : el("span", { class: "dot", dataset: { online: "none" }, title: "no runner" }),
@@ -64,27 +119,52 @@ function item(row) {
 }
 
 function render() {
-  const sorted = [...rows.values()].sort(
-    (a, b) => b.updated_at - a.updated_at || (a.id < b.id ? 1 : -1),
-  );
+  const sorted =
+    results ??
+    [...rows.values()].sort((a, b) => b.updated_at - a.updated_at || (a.id < b.id ? 1 : -1));
   const shown = sorted.filter(matches);
   list.replaceChildren(...shown.map(item));
-  empty.hidden = rows.size > 0;
+  empty.hidden = rows.size > 0 || results !== null;
 }
 
 function onEvent(event) {
   if (event.type === "session.added" || event.type === "session.updated") {
     rows.set(event.session.id, event.session);
+    if (results) {
+      // A found row stays found, with its snippet; its other fields follow live.
+      results = results.map((row) =>
+        row.id === event.session.id
+          ? { ...event.session, search_snippet: row.search_snippet, search_item_id: row.search_item_id }
+          : row,
+      );
+    }
     render();
   } else if (event.type === "session.removed") {
     rows.delete(event.session_id);
+    if (results) results = results.filter((row) => row.id !== event.session_id);
     render();
   } else if (event.type === "session.resync") {
     reload();
   }
 }
 
-search.addEventListener("input", render);
+search.addEventListener("input", onSearchInput);
+
+// Import an export (lifecycle.md, Export and import): the new session opens.
+importForm.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const file = importFile.files[0];
+  if (!file) return;
+  const form = new FormData();
+  form.append("file", file);
+  showError(importError, null);
+  try {
+    const created = await api("POST", "/v1/sessions/import", undefined, { form });
+    window.location.assign(`/s/${encodeURIComponent(created.id)}`);
+  } catch (error) {
+    showError(importError, error);
+  }
+});
 statusFilter.addEventListener("change", render);
 setInterval(() => {
   for (const node of list.querySelectorAll("time[data-ts]")) {

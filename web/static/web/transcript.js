@@ -3,7 +3,7 @@
 // errors in red. Items are keyed by id, so an item seen twice (snapshot and stream, or a
 // replay after a reconnect) is replaced, never shown twice.
 import { renderMarkdown } from "./markdown.js";
-import { el } from "./util.js";
+import { el, relativeTime } from "./util.js";
 
 export class Transcript {
   constructor(root, { sessionId, onFork } = {}) {
@@ -19,6 +19,7 @@ export class Transcript {
     // turn + call_id -> "approved by …": who answered a call's approval, drawn on its card.
     // Kept across a reset: the answers are read once, an answer does not change.
     this.verdicts = new Map();
+    this.waiting = new Map(); // item id -> the queued turn it waits for, before it is drawn
   }
 
   reset() {
@@ -49,6 +50,16 @@ export class Transcript {
     if (existing) existing.replaceWith(node);
     else parent.append(node);
     this.nodes.set(item.id, node);
+    const waitsFor = this.waiting.get(item.id) ?? existing?.dataset.queuedFor;
+    if (waitsFor) {
+      this.waiting.delete(item.id);
+      this.queued(item.id, waitsFor);
+    }
+  }
+
+  dropTrace(id) {
+    this.nodes.get(`error-${id}`)?.remove();
+    this.nodes.delete(`error-${id}`);
   }
 
   render(item) {
@@ -86,13 +97,15 @@ export class Transcript {
     // marked so nobody takes it for the whole answer.
     const incomplete = item.status === "incomplete";
     if (incomplete) body.classList.add("incomplete");
+    if (role === "assistant") addCodeCopies(body);
     return el(
       "li",
       {
         class: `entry ${role === "assistant" ? "assistant" : "user"}${incomplete ? " incomplete" : ""}`,
-        dataset: { id: item.id },
+        dataset: { id: item.id, responseId: item.response_id ?? undefined },
       },
-      el("span", { class: "who", text: role === "assistant" ? "Agent" : item.created_by || "You" }),
+      // An item drawn live may come without its time (a consumed input): it is now.
+      head(role === "assistant" ? "Agent" : item.created_by || "You", item.created_at ?? Date.now() / 1000, () => text),
       body,
       incomplete
         ? el("span", { class: "incomplete-note", text: "Incomplete: the answer was cut off here." })
@@ -146,7 +159,10 @@ export class Transcript {
     verdict.hidden = !verdict.textContent;
     const card = el(
       "li",
-      { class: "entry tool", dataset: { id: item.id, callId: item.call_id } },
+      {
+        class: "entry tool",
+        dataset: { id: item.id, callId: item.call_id, responseId: item.response_id ?? undefined },
+      },
       el(
         "details",
         {},
@@ -209,15 +225,15 @@ export class Transcript {
   }
 
   // Streaming text: appended as it arrives; rendered as Markdown at most once a frame.
-  delta(itemId, text) {
+  delta(itemId, text, responseId) {
     if (this.done.has(itemId)) return;
     let entry = this.streaming.get(itemId);
     if (!entry) {
       const bubble = el("div", { class: "bubble streaming" });
       const node = el(
         "li",
-        { class: "entry assistant", dataset: { id: itemId } },
-        el("span", { class: "who", text: "Agent" }),
+        { class: "entry assistant", dataset: { id: itemId, responseId } },
+        head("Agent", Date.now() / 1000, () => entry.text),
         bubble,
       );
       this.root.append(node);
@@ -230,21 +246,141 @@ export class Transcript {
       entry.scheduled = true;
       requestAnimationFrame(() => {
         entry.scheduled = false;
-        if (this.streaming.get(itemId) === entry) entry.bubble.replaceChildren(renderMarkdown(entry.text));
+        if (this.streaming.get(itemId) !== entry) return;
+        entry.bubble.replaceChildren(renderMarkdown(entry.text));
+        addCodeCopies(entry.bubble);
       });
     }
   }
 
   error(id, message) {
-    const key = `error-${id}`;
+    this.trace(id, "failed", `Failed: ${message}`);
+  }
+
+  // How a turn ended when it did not complete: "Stopped by you" (or "Stopped"), or
+  // "Failed: <error>", after the turn's last entry; once per turn.
+  trace(responseId, kind, text) {
+    const key = `error-${responseId}`;
     if (this.nodes.has(key)) return;
-    const node = el("li", { class: "entry error", role: "alert", text: message });
-    this.root.append(node);
+    // The session's failure ("status", "last": no turn named) and its turn's say the
+    // same: drawn once, for the turn.
+    const generic = GENERIC.has(responseId);
+    const same = [...this.root.querySelectorAll("li[data-trace=failed]")].filter((n) => n.textContent === text);
+    if (generic && same.length) return;
+    for (const node of same) {
+      if (GENERIC.has(node.dataset.responseId)) this.dropTrace(node.dataset.responseId);
+    }
+    const node = el("li", {
+      class: `entry ${kind === "failed" ? "error" : "stopped"}`,
+      role: kind === "failed" ? "alert" : "status",
+      dataset: { trace: kind, responseId },
+      text,
+    });
+    const entries = this.root.querySelectorAll(`li[data-response-id="${CSS.escape(responseId)}"]`);
+    const last = entries[entries.length - 1];
+    if (last) last.after(node);
+    else this.root.append(node);
     this.nodes.set(key, node);
+  }
+
+  // A message sent while another turn runs waits for it: marked "queued" until its own
+  // turn starts (`started`).
+  queued(itemId, responseId) {
+    const node = this.nodes.get(itemId);
+    if (!node) {
+      this.waiting.set(itemId, responseId); // its entry is drawn when the stream says so
+      return;
+    }
+    if (node.querySelector(".queued-note")) return;
+    node.dataset.queuedFor = responseId;
+    node.querySelector(".entry-head")?.append(el("span", { class: "queued-note", text: "queued" }));
+  }
+
+  started(responseId) {
+    for (const node of this.root.querySelectorAll(`li[data-queued-for="${CSS.escape(responseId)}"]`)) {
+      delete node.dataset.queuedFor;
+      node.querySelector(".queued-note")?.remove();
+    }
+  }
+
+  // The snapshot of a busy session: user messages of turns after the running one wait.
+  markQueued(activeResponseId) {
+    if (!activeResponseId) return;
+    let seen = false;
+    for (const node of this.root.querySelectorAll("li.entry.user[data-response-id]")) {
+      const id = node.dataset.responseId;
+      if (id === activeResponseId) seen = true;
+      else if (seen) this.queued(node.dataset.id, id);
+    }
+  }
+
+  // Relative times ("3 min ago") kept current; the exact time is in the tooltip.
+  tick() {
+    for (const node of this.root.querySelectorAll("time[data-ts]")) {
+      node.textContent = relativeTime(Number(node.dataset.ts));
+    }
+  }
+
+  // What the agent is doing while a turn runs and nothing streams: the tool whose card is
+  // still running, else "working". Null when text is streaming.
+  activity() {
+    for (const entry of this.streaming.values()) if (entry.text) return null;
+    const running = [...this.root.querySelectorAll(".entry.tool .call-status[data-status=running]")].pop();
+    const name = running?.closest(".entry.tool")?.querySelector(".tool-name")?.textContent;
+    return name ? `Running ${name}…` : "Working…";
+  }
+}
+
+// An entry's head line: who, when (relative; exact on hover) and a Copy button.
+function head(who, createdAt, text) {
+  const when = createdAt
+    ? el("time", {
+        datetime: new Date(createdAt * 1000).toISOString(),
+        title: new Date(createdAt * 1000).toLocaleString(),
+        dataset: { ts: createdAt },
+        text: relativeTime(createdAt),
+      })
+    : null;
+  return el(
+    "div",
+    { class: "entry-head" },
+    el("span", { class: "who", text: who }),
+    when,
+    copyButton(text, "Copy message"),
+  );
+}
+
+function copyButton(text, label) {
+  const button = el("button", {
+    type: "button",
+    class: "link copy",
+    "aria-label": label,
+    text: "Copy",
+    onclick: async () => {
+      try {
+        await navigator.clipboard.writeText(text());
+        button.textContent = "Copied";
+      } catch {
+        button.textContent = "Copy failed";
+      }
+      setTimeout(() => (button.textContent = "Copy"), 1500);
+    },
+  });
+  return button;
+}
+
+// A Copy button on each code block of rendered Markdown.
+export function addCodeCopies(container) {
+  for (const pre of container.querySelectorAll("pre")) {
+    if (pre.parentElement?.classList.contains("code-box")) continue;
+    const box = el("div", { class: "code-box" });
+    pre.replaceWith(box);
+    box.append(copyButton(() => pre.textContent, "Copy code"), pre);
   }
 }
 
 const RUNNING = { status: "running", label: "running" };
+const GENERIC = new Set(["status", "last"]);
 const label = (status) => ({ status, label: status });
 
 function callKey(item) {

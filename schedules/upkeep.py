@@ -1,0 +1,56 @@
+"""The firing loop every server process runs (registered in ``SchedulesConfig.ready``
+with ``omnigent_site.runtime.on_serve``, like the runners' sweeps).
+
+Each pass claims the occurrences due now (``services.claim_due``: a row per occurrence,
+so each fires once however many processes run this loop), fires the claimed ones as
+tasks of their own, and settles runs whose turn ended. Between passes it sleeps until
+the earliest ``next_run_at``, at most ``OMNIGENT_SCHEDULE_POLL_S``, so an occurrence
+fires within a few milliseconds of its time when this process knew of it, and within
+the poll interval of a task created or changed through another process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+
+from runners import liveness
+
+from . import clock, firing, services
+
+log = logging.getLogger(__name__)
+
+_fires: set[asyncio.Task[None]] = set()
+
+
+async def fire_due() -> list[str]:
+    """One pass: settle finished runs, claim what is due, start firing it."""
+    now = clock.now()
+    # Settled first, so a run whose turn just ended does not skip the next occurrence.
+    await database_sync_to_async(services.settle_runs)(now=now)
+    run_ids = await database_sync_to_async(services.claim_due)(
+        now=now, grace_s=settings.OMNIGENT_SCHEDULE_GRACE_S, process_id=liveness.PROCESS_ID
+    )
+    for run_id in run_ids:
+        task = asyncio.get_running_loop().create_task(firing.fire(run_id), name=f"fire {run_id}")
+        _fires.add(task)
+        task.add_done_callback(_fires.discard)
+    return run_ids
+
+
+async def fire_due_forever() -> None:
+    """The process-wide loop, until cancelled."""
+    poll = settings.OMNIGENT_SCHEDULE_POLL_S
+    while True:
+        delay = poll
+        try:
+            await fire_due()
+            delay = await database_sync_to_async(services.seconds_until_due)(
+                now=clock.now(), cap=poll
+            )
+        except Exception:
+            log.exception("scheduled tasks: the firing pass failed")
+        await asyncio.sleep(max(delay, 0.005))

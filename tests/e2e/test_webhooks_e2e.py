@@ -1,0 +1,127 @@
+"""Webhooks end to end (automation.md): real daphne processes, the real runner program,
+the mock LLM and a real receiver on loopback.
+
+- A turn's ``turn.completed`` reaches the receiver signed (checked with the
+  ``standardwebhooks`` library), with the turn's ids.
+- Two server processes on PostgreSQL + Redis, both delivering and polling fast: every
+  event arrives, none twice (each attempt is claimed by one process).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from standardwebhooks.webhooks import Webhook as Verifier
+
+from testing.mockllm import MockLLMServer
+from testing.processes import (
+    Runner,
+    Server,
+    base_env,
+    bind,
+    create_session,
+    migrate,
+    send_message,
+    start_server,
+    wait_turn,
+)
+from testing.webhook_receiver import WebhookReceiver
+from tests.e2e.conftest import _dump_logs
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+
+EVENTS = 40
+LOCAL_RECEIVERS = {"OMNIGENT_WEBHOOK_ALLOW_HTTP": "1", "OMNIGENT_WEBHOOK_ALLOW_PRIVATE": "1"}
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    with WebhookReceiver() as running:
+        yield running
+
+
+def create_webhook(server: Server, url: str, events: list[str]) -> dict:
+    with server.client() as client:
+        response = client.post("/v1/webhooks", json={"url": url, "events": events})
+    assert response.status_code == 201, response.text
+    return dict(response.json())
+
+
+def test_a_completed_turn_arrives_signed(
+    launch_server: Callable[..., Server],
+    launch_runner: Callable[..., Runner],
+    mock_llm: MockLLMServer,
+    make_bundle: Callable[..., bytes],
+    receiver: WebhookReceiver,
+) -> None:
+    server = launch_server(**LOCAL_RECEIVERS)
+    runner = launch_runner(server)
+    hook = create_webhook(server, receiver.url, ["turn.completed"])
+    mock_llm.configure([{"text": "all done"}])
+    session_id = create_session(server, make_bundle())
+    bind(server, session_id, runner.runner_id)
+    response = send_message(server, session_id, "hello")
+    assert response.status_code == 202, response.text
+    response_id = response.json()["response_id"]
+    assert wait_turn(server, session_id, response_id)["status"] == "completed"
+    [got] = receiver.wait_for(1, timeout=30)
+    body = Verifier(hook["secret"]).verify(got.body, got.headers)
+    assert body["type"] == "turn.completed"
+    assert body["data"]["session_id"] == session_id
+    assert body["data"]["response_id"] == response_id
+    assert body["data"]["status"] == "completed" and body["data"]["error"] is None
+    with server.client() as client:
+        rows = client.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["data"]
+    assert [(row["type"], row["status"], row["attempts"]) for row in rows] == [
+        ("turn.completed", "delivered", 1)
+    ]
+
+
+@pytest.mark.postgres
+@pytest.mark.redis
+def test_two_processes_send_each_event_once(
+    tmp_path: Path,
+    postgres_url: str,
+    redis_url: str,
+    receiver: WebhookReceiver,
+    request: pytest.FixtureRequest,
+) -> None:
+    env = base_env(
+        DATABASE_URL=postgres_url,
+        REDIS_URL=redis_url,
+        OMNIGENT_CHANNEL_PREFIX=f"omnigent-e2e-{Path(tmp_path).name}",
+        OMNIGENT_DATA_DIR=str(tmp_path / "data"),
+        # Both processes look for work every 50 ms: they race for the same rows.
+        OMNIGENT_WEBHOOK_POLL_S="0.05",
+        **LOCAL_RECEIVERS,
+    )
+    migrate(env, tmp_path)
+    servers: list[Server] = []
+    try:
+        servers.append(start_server(env=env, log_dir=tmp_path, name="daphne-a"))
+        servers.append(start_server(env=env, log_dir=tmp_path, name="daphne-b"))
+        hook = create_webhook(servers[0], receiver.url, ["webhook.test"])
+        sent = []
+        clients = [server.client() for server in servers]
+        try:
+            for number in range(EVENTS):
+                response = clients[number % 2].post(f"/v1/webhooks/{hook['id']}/test")
+                assert response.status_code == 202, response.text
+                sent.append(response.json()["event_id"])
+        finally:
+            for client in clients:
+                client.close()
+        receiver.wait_for(EVENTS, timeout=60)
+        arrived = Counter(json.loads(got.body)["id"] for got in receiver.requests)
+        assert set(arrived) == set(sent)
+        assert [event for event, count in arrived.items() if count > 1] == []
+        for got in receiver.requests:
+            Verifier(hook["secret"]).verify(got.body, got.headers)
+    finally:
+        _dump_logs(request, *(server.process for server in servers))
+        for server in servers:
+            server.process.stop()
