@@ -384,7 +384,9 @@ class McpServer:
     def _scrub(self, text: str) -> str:
         """``text`` without any header or env value, expanded or not, and without the
         URL's credentials: error messages reach the log, the stream and the model."""
-        secrets = {*self.spec.headers.values(), *self.spec.env.values(), *self._expanded}
+        declared = [*self.spec.headers.values(), *self.spec.env.values()]
+        # A value with ``${NAME}`` is shown by its name; what it became is in _expanded.
+        secrets = {value for value in declared if "${" not in value} | self._expanded
         if self.spec.url:
             parts = urlsplit(self.spec.url)
             secrets |= {parts.password or "", parts.query}
