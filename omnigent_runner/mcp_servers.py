@@ -185,6 +185,8 @@ class McpServer:
         ready: asyncio.Future[list[McpTool]] = loop.create_future()
         self._stop = asyncio.Event()
         self._task = asyncio.create_task(self._hold(ready, self._stop), name=f"mcp-{self.name}")
+        # Read the outcome even when nobody waits for it any more (start timed out).
+        ready.add_done_callback(lambda done: done.cancelled() or done.exception())
         try:
             async with asyncio.timeout(self.settings.start_timeout_s):
                 tools = await asyncio.shield(ready)
@@ -209,12 +211,18 @@ class McpServer:
     async def stop(self, *, report: bool = True) -> None:
         """Leave the connection (stopping a stdio server's process group)."""
         task, stop = self._task, self._stop
+        connected = self._client is not None
         self._task = None
         self._client = None
         if stop is not None:
             stop.set()
         if task is not None and not task.done():
-            done, _ = await asyncio.wait([task], timeout=_STOP_TIMEOUT_S)
+            # A connected client leaves on ``stop``; one still starting (a server that
+            # hangs in initialize) is cancelled at once. Either way the SDK's shielded
+            # shutdown stops the process group.
+            done: set[Any] = set()
+            if connected:
+                done, _ = await asyncio.wait([task], timeout=_STOP_TIMEOUT_S)
             if not done:
                 task.cancel()
                 await asyncio.wait([task], timeout=_STOP_TIMEOUT_S)
