@@ -367,8 +367,13 @@ def record_outcomes(
             else "retrying"
             for row in changed
         ]
-        transaction.on_commit(lambda: [metrics.webhook_delivered(status=c) for c in counted])
+        transaction.on_commit(lambda: _count_deliveries(counted))
     return results
+
+
+def _count_deliveries(outcomes: list[str]) -> None:
+    for outcome in outcomes:
+        metrics.webhook_delivered(status=outcome)
 
 
 def _count_failed_events(webhook_id: str, count: int, *, after_success: bool) -> None:
