@@ -79,7 +79,7 @@ llm-compat: bootstrap-dev
 lint: bootstrap-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy api omnigent_site omnigent_runner sessions runners workspaces schedules web scripts testing
+	$(BIN)/mypy api omnigent_site omnigent_runner sessions runners workspaces schedules webhooks webhook_outbox audit web scripts testing
 	$(BIN)/lint-imports
 
 # The runner as a wheel in dist/ (pyproject.toml): `pip install dist/omnigent_runner-*.whl`

@@ -119,7 +119,7 @@ class SessionFileDetailView(SessionScopedMixin, APIView):
     @extend_schema(responses={200: SessionFileDeletedOut, **error_responses(401, 403, 404)})
     def delete(self, request: Request, session_id: str, file_id: str) -> Response:
         row = files.session_file(session=self.session, file_id=file_id)
-        files.delete_session_file(session=self.session, file=row)
+        files.delete_session_file(session=self.session, file=row, actor=request_user(request))
         return Response(session_file_deleted_body(file_id))
 
 

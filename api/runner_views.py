@@ -70,5 +70,5 @@ class RunnerDetailView(APIView):
     @extend_schema(responses={200: RunnerDeletedOut, **error_responses(401, 404)})
     def delete(self, request: Request, runner_id: str) -> Response:
         runner = selectors.runner_for(user=request_user(request), runner_id=runner_id)
-        services.revoke_runner(runner=runner)
+        services.revoke_runner(runner=runner, actor=request_user(request))
         return Response(runner_deleted_body(runner_id))

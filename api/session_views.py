@@ -184,7 +184,7 @@ class SessionDetailView(SessionScopedMixin, APIView):
     @extend_schema(responses={200: SessionDeletedOut, **error_responses(401, 403, 404)})
     def delete(self, request: Request, session_id: str) -> Response:
         services.close_session_on_runner(session=self.session)
-        session_services.delete_session(session=self.session)
+        session_services.delete_session(session=self.session, actor=request_user(request))
         return Response(session_deleted_body(session_id))
 
 

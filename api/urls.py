@@ -12,6 +12,7 @@ from django.urls import path, re_path
 
 from . import (
     approval_views,
+    audit_views,
     change_views,
     elicitation_views,
     file_views,
@@ -21,6 +22,7 @@ from . import (
     stream_views,
     updates_views,
     views,
+    webhook_views,
     workspace_views,
 )
 from .api_docs import OfflineRedocView, SchemaView, SwaggerView
@@ -121,6 +123,33 @@ urlpatterns = [
         runner_views.RunnerStatusView.as_view(),
         name="runner-status",
     ),
+    # Webhooks (automation.md).
+    path("webhooks", webhook_views.WebhookListView.as_view(), name="webhook-list"),
+    path(
+        "webhooks/<str:webhook_id>",
+        webhook_views.WebhookDetailView.as_view(),
+        name="webhook-detail",
+    ),
+    path(
+        "webhooks/<str:webhook_id>/rotate-secret",
+        webhook_views.WebhookRotateSecretView.as_view(),
+        name="webhook-rotate-secret",
+    ),
+    path(
+        "webhooks/<str:webhook_id>/test",
+        webhook_views.WebhookTestView.as_view(),
+        name="webhook-test",
+    ),
+    path(
+        "webhooks/<str:webhook_id>/deliveries",
+        webhook_views.DeliveryListView.as_view(),
+        name="webhook-deliveries",
+    ),
+    path(
+        "webhooks/<str:webhook_id>/deliveries/<str:delivery_id>/redeliver",
+        webhook_views.DeliveryRedeliverView.as_view(),
+        name="webhook-redeliver",
+    ),
     # Agents.
     path("agents", views.AgentListView.as_view(), name="agent-list"),
     path("agents/<str:agent_id>", views.AgentDetailView.as_view(), name="agent-detail"),
@@ -152,6 +181,8 @@ urlpatterns = [
     ),
     # Me.
     path("me", views.MeView.as_view(), name="me"),
+    # The audit log.
+    path("audit", audit_views.AuditListView.as_view(), name="audit-list"),
     # The API's root and documents.
     path("", ApiRootView.as_view(), name="api-root"),
     path("schema", SchemaView.as_view(), name="schema"),

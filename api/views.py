@@ -24,8 +24,8 @@ from omnigent_site.pagination import MAX_LIMIT, paginate, parse_list_params
 from omnigent_site.parsers import JSONParser, MultiPartParser
 from omnigent_site.schema import error_responses, list_parameters
 from omnigent_site.users import is_admin
-from sessions import selectors, services
-from sessions.models import Permission
+from sessions import search, selectors, services
+from sessions.models import Permission, Session
 from sessions.permissions import MANAGE, OWNER, READ, SessionAccess, SessionScopedMixin
 from sessions.serializers import (
     BundleUploadForm,
@@ -44,7 +44,9 @@ from sessions.shapes import (
     MeOut,
     ResponseOut,
     ResponsePage,
+    SessionAgentOut,
     SessionCreatedOut,
+    SessionListRowOut,
     SessionOut,
     SessionPage,
     agent_body,
@@ -54,9 +56,10 @@ from sessions.shapes import (
     grant_set_body,
     me_body,
     response_body,
+    session_agent_body,
     session_body,
     session_created_body,
-    session_row,
+    session_list_row,
 )
 
 BUNDLE_UPLOAD = {
@@ -169,6 +172,15 @@ class SessionListView(APIView):
                 "sort_by",
                 {"type": "string", "enum": ["created_at", "updated_at"], "default": "created_at"},
             ),
+            OpenApiParameter(
+                "search_query",
+                str,
+                description=(
+                    "only sessions whose title or one of whose items holds every word "
+                    "(as a word or a word's prefix); rows gain search_snippet and "
+                    "search_item_id"
+                ),
+            ),
         ],
         responses={200: SessionPage, **error_responses(400, 401)},
     )
@@ -177,21 +189,31 @@ class SessionListView(APIView):
         sort_by = request.query_params.get("sort_by") or "created_at"
         if sort_by not in ("created_at", "updated_at"):
             raise ValidationError({"sort_by": ["must be 'created_at' or 'updated_at'"]})
+        query = search.parse(request.query_params.get("search_query") or "")
         queryset = selectors.sessions_granted_to(user=request_user(request))
         if agent_id := request.query_params.get("agent_id"):
             queryset = queryset.filter(agent_id=agent_id)
         if agent_name := request.query_params.get("agent_name"):
             queryset = queryset.filter(agent__name=agent_name)
+        if query is not None:
+            queryset = search.filter_sessions(queryset, query)
         page = paginate(queryset, params, sort_field=sort_by)
-        levels = selectors.grant_levels(
-            user=request_user(request), session_ids=[session.id for session in page.objects]
-        )
-        return Response(
-            page.body(
-                lambda session: session_row(session, level=levels.get(session.id, 0)),
-                lambda session: session.id,
+        session_ids = [session.id for session in page.objects]
+        levels = selectors.grant_levels(user=request_user(request), session_ids=session_ids)
+        hits = search.first_hits(query, session_ids) if query is not None else {}
+
+        def render(session: Session) -> SessionListRowOut:
+            level = levels.get(session.id, 0)
+            if query is None:
+                return session_list_row(session, level=level)
+            hit = hits.get(session.id)
+            return session_list_row(
+                session,
+                level=level,
+                search_hit=(hit.item_id, hit.snippet) if hit is not None else None,
             )
-        )
+
+        return Response(page.body(render, lambda session: session.id))
 
     @extend_schema(
         request={
@@ -259,9 +281,9 @@ class SessionItemsView(SessionScopedMixin, APIView):
 class SessionAgentView(SessionScopedMixin, APIView):
     permission_classes = [IsAuthenticated, SessionAccess]
 
-    @extend_schema(responses={200: AgentOut, **error_responses(401, 404)})
+    @extend_schema(responses={200: SessionAgentOut, **error_responses(401, 404)})
     def get(self, request: Request, session_id: str) -> Response:
-        return Response(agent_body(self.session.agent))
+        return Response(session_agent_body(self.session))
 
 
 class ResponseListView(SessionScopedMixin, APIView):
@@ -356,7 +378,9 @@ class PermissionDetailView(SessionScopedMixin, APIView):
         }
     )
     def delete(self, request: Request, session_id: str, user_id: str) -> Response:
-        services.revoke_permission(session=self.session, user_id=user_id)
+        services.revoke_permission(
+            session=self.session, user_id=user_id, actor=request_user(request)
+        )
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

@@ -17,9 +17,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION
+from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION, logs
 from omnigent_runner.config import ConfigError, RunnerConfig, load_config, program_name
 from omnigent_runner.executor import SessionExecutor
+from omnigent_runner.logs import log_format_from
 from omnigent_runner.tunnel import EXIT_FATAL, RunnerTunnel
 
 logger = logging.getLogger("omnigent_runner")
@@ -107,6 +108,8 @@ async def _serve(config: RunnerConfig) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the runner; return the process exit code."""
     logging.basicConfig(level=logging.INFO, format=_LOG_FORMAT, stream=sys.stderr)
+    if log_format_from(os.environ) == "json":  # configuration errors print as usual
+        logs.configure(log_format="json")
     try:
         config = load_config(
             list(argv) if argv is not None else None, os.environ, prog=program_name(sys.argv[0])
@@ -114,6 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"runner: configuration error: {exc}", file=sys.stderr)
         return EXIT_FATAL
+    logs.configure(log_format=config.log_format, runner_id=config.runner_id)
     set_log_levels(config.log_level)
 
     logger.info(

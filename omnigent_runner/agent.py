@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextvars
 import logging
 import os
 import re
@@ -23,7 +24,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from omnigent_runner import gate, protocol, workspace_rpc
+from omnigent_runner import gate, logs, protocol, workspace_rpc
 from omnigent_runner.bundles import AgentSpec, BundleError, max_yaml_bytes_from, parse_bundle
 from omnigent_runner.coalesce import DEFAULT_DELTA_INTERVAL_MS
 from omnigent_runner.config import DEFAULT_LLM_HTTP_CLIENT
@@ -158,7 +159,9 @@ class AgentExecutor:
         self._turn_ids[response_id] = session_id
         while len(self._turn_ids) > _MAX_REMEMBERED_TURNS:
             self._turn_ids.popitem(last=False)
-        session.queue.append(TurnRequest(response_id, list(input), list(tools)))
+        session.queue.append(
+            TurnRequest(response_id, list(input), list(tools), logs.request_id_var.get())
+        )
         if session.worker is None or session.worker.done():
             session.worker = asyncio.create_task(self._work(session), name=f"session-{session_id}")
 
@@ -313,7 +316,14 @@ class AgentExecutor:
                 ask_grace_s=self._ask_grace_s,
                 delta_interval_s=self._delta_interval_s,
             )
-            task = asyncio.create_task(runner.run(), name=f"turn-{request.response_id}")
+            # The turn's task logs with its session's and its request's ids
+            # (omnigent_runner/logs.py); the worker itself may serve several requests.
+            context = contextvars.copy_context()
+            context.run(logs.session_id_var.set, session.session_id)
+            context.run(logs.request_id_var.set, request.request_id)
+            task = asyncio.create_task(
+                runner.run(), name=f"turn-{request.response_id}", context=context
+            )
             session.current, session.current_task = request, task
             try:
                 # asyncio.wait, not ``await task``: a cancelled turn must not look like

@@ -37,6 +37,7 @@ try:
 except ImportError:  # pragma: no cover - PyYAML built without libyaml
     CParser = None  # type: ignore[assignment,misc]
 
+from omnigent_runner.mcp_spec import McpDeclarationError, McpServerSpec, parse_servers, redact_raw
 from omnigent_runner.policies import NO_GUARDRAILS, Guardrails, RuleError, parse_guardrails
 from omnigent_runner.tools.sys_os import TOOL_NAMES as BUILTIN_TOOL_NAMES
 
@@ -65,6 +66,7 @@ KNOWN_KEYS = frozenset(
         "executor",
         "os_env",
         "guardrails",
+        "tools",
     }
 )
 
@@ -87,7 +89,13 @@ _GZIP_MAGIC = b"\x1f\x8b"
 
 
 class BundleError(ValueError):
-    """A bundle was rejected; ``str(exc)`` is a human message naming the problem."""
+    """A bundle was rejected; ``str(exc)`` is a human message naming the problem.
+
+    ``field`` is the spec path at fault when one is known (``tools.git.args``)."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
@@ -119,14 +127,21 @@ class AgentSpec:
     guardrails: Guardrails = NO_GUARDRAILS
     # ``executor.tool_choice``: a mode or a tool name; None leaves it to the server.
     tool_choice: str | None = None
+    # ``tools:`` entries with ``type: mcp`` (mcp.md), in declaration order.
+    mcp_servers: tuple[McpServerSpec, ...] = ()
 
     def public_dict(self) -> dict[str, Any]:
         """Every field as JSON-safe data with the API key masked, for storing and returning.
 
         ``raw`` is a copy of the YAML mapping with ``executor.auth.api_key`` (and any
         other secret-named key) replaced by ``"***"``; the key's text is also scrubbed
-        from every other string, so the secret appears nowhere in the result.
+        from every other string, so the secret appears nowhere in the result. MCP
+        servers' header and env values are ``"[REDACTED]"`` in ``raw`` (and URL
+        credentials gone) and absent from ``mcp_servers``.
         """
+        raw = self.raw
+        if "tools" in raw:
+            raw = {**raw, "tools": redact_raw(raw["tools"])}
         summary = {
             "name": self.name,
             "description": self.description,
@@ -141,7 +156,8 @@ class AgentSpec:
             "os_env": None if self.os_env is None else vars(self.os_env).copy(),
             "unknown_keys": list(self.unknown_keys),
             "guardrails": self.guardrails.as_json(),
-            "raw": self.raw,
+            "mcp_servers": [server.public_dict() for server in self.mcp_servers],
+            "raw": raw,
         }
         return _jsonable(summary, secret=self.api_key, budget=[_MAX_YAML_NODES * 2])
 
@@ -513,6 +529,10 @@ def _build_spec(
     api_key, base_url = _auth(executor)
 
     os_env = _os_env(raw)
+    try:
+        mcp_servers = parse_servers(raw.get("tools"), reserved=frozenset(BUILTIN_TOOL_NAMES))
+    except McpDeclarationError as exc:
+        raise BundleError(str(exc), field=exc.field) from exc
     unknown = tuple(key for key in raw if key not in KNOWN_KEYS)
     if unknown:
         logger.warning(
@@ -532,8 +552,11 @@ def _build_spec(
         os_env=os_env,
         unknown_keys=unknown,
         raw=raw,
-        guardrails=_guardrails(raw.get("guardrails")),
+        guardrails=_guardrails(
+            raw.get("guardrails"), mcp_servers=[server.name for server in mcp_servers]
+        ),
         tool_choice=_tool_choice(executor.get("tool_choice"), has_os_env=os_env is not None),
+        mcp_servers=mcp_servers,
     )
 
 
@@ -627,10 +650,10 @@ def _timeout(value: Any) -> float:
     return seconds
 
 
-def _guardrails(value: Any) -> Guardrails:
+def _guardrails(value: Any, *, mcp_servers: list[str]) -> Guardrails:
     """The ``guardrails`` block; its problems become one message naming each field path."""
     try:
-        return parse_guardrails(value)
+        return parse_guardrails(value, mcp_servers=mcp_servers)
     except RuleError as exc:
         listed = list(exc.fields.items())
         problems = "; ".join(f"{path}: {problem}" for path, problem in listed[:10])

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from omnigent_runner.coalesce import DEFAULT_DELTA_INTERVAL_MS, MAX_DELTA_INTERVAL_MS
 from omnigent_runner.identity import derive_runner_id
+from omnigent_runner.logs import LOG_FORMATS, log_format_from
 
 DEFAULT_SERVER_URL = "http://127.0.0.1:8000"
 # The program's names in ``--help``: the wheel's console script, or the module.
@@ -35,6 +36,7 @@ ENV_WORKSPACE = "OMNIGENT_RUNNER_WORKSPACE"
 ENV_PARENT_PID = "OMNIGENT_RUNNER_PARENT_PID"
 ENV_ISOLATE = "OMNIGENT_RUNNER_ISOLATE_SESSION"
 ENV_LOG_LEVEL = "OMNIGENT_RUNNER_LOG_LEVEL"
+ENV_LOG_FORMAT = "OMNIGENT_RUNNER_LOG_FORMAT"
 ENV_DELTA_INTERVAL = "OMNIGENT_RUNNER_DELTA_INTERVAL_MS"
 ENV_LLM_HTTP_CLIENT = "OMNIGENT_RUNNER_LLM_HTTP_CLIENT"
 
@@ -59,6 +61,8 @@ class RunnerConfig:
     parent_pid: int | None = None
     isolate_session: bool = False
     log_level: str = "INFO"
+    # ``text`` or ``json`` (omnigent_runner/logs.py).
+    log_format: str = "text"
     # Streamed text of an item goes out as at most one delta event per this many ms.
     delta_interval_ms: int = DEFAULT_DELTA_INTERVAL_MS
     # The openai SDK's HTTP transport: one of LLM_HTTP_CLIENTS.
@@ -107,6 +111,13 @@ def _build_parser(prog: str) -> argparse.ArgumentParser:
         type=str.upper,
         choices=_LOG_LEVELS,
         help=f"logging level (env {ENV_LOG_LEVEL}, default INFO)",
+    )
+    parser.add_argument(
+        "--log-format",
+        type=str.lower,
+        choices=LOG_FORMATS,
+        help=f"log lines as text or one JSON object each (env {ENV_LOG_FORMAT} or "
+        "OMNIGENT_LOG_FORMAT, default text)",
     )
     parser.add_argument(
         "--delta-interval-ms",
@@ -243,6 +254,10 @@ def load_config(
     if log_level not in _LOG_LEVELS or not isinstance(logging.getLevelName(log_level), int):
         raise ConfigError(f"{ENV_LOG_LEVEL} must be one of {', '.join(_LOG_LEVELS)}")
 
+    log_format = args.log_format or log_format_from(env)
+    if log_format not in LOG_FORMATS:
+        raise ConfigError(f"{ENV_LOG_FORMAT} must be one of {', '.join(LOG_FORMATS)}")
+
     return RunnerConfig(
         server_url=server_url,
         token=token,
@@ -251,6 +266,7 @@ def load_config(
         parent_pid=_parse_parent_pid(_pick(args.parent_pid, env, ENV_PARENT_PID)),
         isolate_session=isolate,
         log_level=log_level,
+        log_format=log_format,
         delta_interval_ms=_parse_delta_interval(
             _pick(args.delta_interval_ms, env, ENV_DELTA_INTERVAL)
         ),

@@ -26,7 +26,7 @@ from omnigent_runner.protocol import PolicyRule
 Action: TypeAlias = Literal["allow", "deny", "ask"]
 ACTIONS: tuple[Action, ...] = ("allow", "deny", "ask")
 RULE_KEYS = frozenset({"name", "tools", "when", "action", "reason", "ask_timeout"})
-GUARDRAILS_KEYS = frozenset({"ask_on_os_tools", "ask_timeout", "policies"})
+GUARDRAILS_KEYS = frozenset({"ask_on_os_tools", "ask_on_mcp_tools", "ask_timeout", "policies"})
 
 MAX_RULES = 200
 MAX_NAME_CHARS = 128
@@ -43,6 +43,7 @@ DEFAULT_ASK_TIMEOUT = 3600.0
 MATCH_WINDOW = 64 * 1024
 
 OS_TOOLS_RULE = PolicyRule(name="ask_on_os_tools", tools=["sys_os_*"], action="ask")
+MCP_TOOLS_RULE_NAME = "ask_on_mcp_tools"
 
 # PostgreSQL's jsonb refuses NUL and UTF-8 cannot encode lone surrogates: a rule holding
 # either could be accepted but never stored or sent.
@@ -117,11 +118,12 @@ def parse_rules(raw: object, *, prefix: str = "rules") -> list[PolicyRule]:
     return rules
 
 
-def parse_guardrails(raw: object) -> Guardrails:
+def parse_guardrails(raw: object, *, mcp_servers: Sequence[str] = ()) -> Guardrails:
     """Validate a bundle's ``guardrails`` block (agents.md); ``None`` means no block.
 
     Unknown keys are refused rather than ignored: a misspelt ``ask_on_os_tools`` must not
-    silently leave an agent unguarded.
+    silently leave an agent unguarded. ``mcp_servers`` are the bundle's MCP server names:
+    the ``ask_on_mcp_tools`` shorthand asks before every tool of each (``<name>__*``).
     """
     if raw is None:
         return NO_GUARDRAILS
@@ -131,11 +133,14 @@ def parse_guardrails(raw: object) -> Guardrails:
     for key in raw:
         if key not in GUARDRAILS_KEYS:
             errors[f"guardrails.{key}"] = (
-                "unknown key (expected ask_on_os_tools, ask_timeout, policies)"
+                "unknown key (expected ask_on_os_tools, ask_on_mcp_tools, ask_timeout, policies)"
             )
     shorthand = raw.get("ask_on_os_tools")
     if shorthand is not None and not isinstance(shorthand, bool):
         errors["guardrails.ask_on_os_tools"] = f"must be true or false, not {_kind(shorthand)}"
+    mcp_shorthand = raw.get("ask_on_mcp_tools")
+    if mcp_shorthand is not None and not isinstance(mcp_shorthand, bool):
+        errors["guardrails.ask_on_mcp_tools"] = f"must be true or false, not {_kind(mcp_shorthand)}"
     ask_timeout = _ask_timeout(raw.get("ask_timeout"), "guardrails.ask_timeout", errors)
     rules: list[PolicyRule] = []
     policies = raw.get("policies")
@@ -151,6 +156,17 @@ def parse_guardrails(raw: object) -> Guardrails:
                     f"name {rule.name!r} is taken by the ask_on_os_tools shorthand"
                 )
         rules = [OS_TOOLS_RULE, *rules]
+    if mcp_shorthand is True and mcp_servers:
+        for index, rule in enumerate(rules):
+            if rule.name == MCP_TOOLS_RULE_NAME:
+                errors[f"guardrails.policies.{index}.name"] = (
+                    f"name {rule.name!r} is taken by the ask_on_mcp_tools shorthand"
+                )
+        mcp_rule = PolicyRule(
+            name=MCP_TOOLS_RULE_NAME, tools=[f"{name}__*" for name in mcp_servers], action="ask"
+        )
+        at = 1 if shorthand is True else 0
+        rules = [*rules[:at], mcp_rule, *rules[at:]]
     if errors:
         raise RuleError(errors)
     return Guardrails(rules=rules, ask_timeout=ask_timeout)

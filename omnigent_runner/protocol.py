@@ -216,6 +216,9 @@ class TurnStart(Command, tag="turn.start", kw_only=True, frozen=True):
     response_id: str
     input: list[JsonObject] = []
     tools: list[JsonObject] = []
+    # The id of the server request that started the turn (``X-Request-ID``), for the
+    # runner's log lines of the turn (an addition to the spec; absent from older servers).
+    request_id: str | None = None
 
 
 class ToolResult(Command, tag="tool_result", kw_only=True, frozen=True):

@@ -28,7 +28,7 @@ import msgspec
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
-from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION
+from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION, logs
 from omnigent_runner.config import RunnerConfig
 from omnigent_runner.event_batches import pack_messages
 from omnigent_runner.executor import CommandRejected, SessionExecutor
@@ -562,12 +562,19 @@ class RunnerTunnel:
             for verdict in command.verdicts:
                 await executor.approval_verdict(session_id=command.session_id, verdict=verdict)
         elif isinstance(command, TurnStart):
-            await executor.start_turn(
-                session_id=command.session_id,
-                response_id=command.response_id,
-                input=command.input,
-                tools=command.tools,
-            )
+            # The turn's tasks copy this context: their log lines carry both ids.
+            session_token = logs.session_id_var.set(command.session_id)
+            request_token = logs.request_id_var.set(command.request_id)
+            try:
+                await executor.start_turn(
+                    session_id=command.session_id,
+                    response_id=command.response_id,
+                    input=command.input,
+                    tools=command.tools,
+                )
+            finally:
+                logs.request_id_var.reset(request_token)
+                logs.session_id_var.reset(session_token)
         elif isinstance(command, ToolResult):
             await executor.tool_result(
                 session_id=command.session_id,

@@ -53,6 +53,8 @@ class TurnRequest:
     response_id: str
     input: list[Item]
     tools: list[Item]
+    # The server request that started it (``turn.start``'s ``request_id``), for its logs.
+    request_id: str | None = None
 
 
 @dataclass

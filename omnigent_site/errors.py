@@ -17,17 +17,26 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
-from django.db import DataError
+from django.db import DataError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponseBase
 from rest_framework import exceptions
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from . import metrics
 from .domain_errors import DomainError, PayloadTooLarge
 from .renderers import JSONResponse
 from .shapes import ErrorBody, ErrorDetail
 
 log = logging.getLogger(__name__)
+
+try:  # redis-py is installed with the server; the embedded mode never raises its errors
+    from redis.exceptions import ConnectionError as _RedisConnectionError
+    from redis.exceptions import TimeoutError as _RedisTimeoutError
+
+    _redis_errors: tuple[type[BaseException], ...] = (_RedisConnectionError, _RedisTimeoutError)
+except ImportError:  # pragma: no cover
+    _redis_errors = ()
 
 
 _CODES: dict[int, str] = {
@@ -119,6 +128,17 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         first_line = (str(exc).strip().splitlines() or ["invalid value"])[0]
         exc = exceptions.ValidationError(f"the input cannot be stored or searched: {first_line}")
 
+    outage = backend_outage(exc)
+    if outage is not None:
+        backend, message = outage
+        log.warning("%s: %s", message, exc.__class__.__name__)
+        metrics.backend_error(backend)
+        set_rollback()
+        return Response(
+            error_body(503, message, code="service_unavailable"),
+            status=503,
+            headers={"Retry-After": str(OUTAGE_RETRY_AFTER_S)},
+        )
     if not isinstance(exc, exceptions.APIException):
         log.exception("unhandled error in %s", context.get("view").__class__.__name__)
         set_rollback()
@@ -150,6 +170,21 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     )
 
 
+# What a client is told to wait when the database or Redis is down (operations.md:
+# they come back within seconds in the accidents the deployment is tested against).
+OUTAGE_RETRY_AFTER_S = 5
+
+
+def backend_outage(exc: BaseException) -> tuple[str, str] | None:
+    """``(backend, message)`` when ``exc`` says the database or Redis cannot be reached
+    (503 ``service_unavailable`` rather than 500), else None."""
+    if isinstance(exc, OperationalError | InterfaceError):
+        return "database", "the database is unavailable; try again shortly"
+    if _redis_errors and isinstance(exc, _redis_errors):
+        return "redis", "Redis is unavailable; try again shortly"
+    return None
+
+
 def json_error(status_code: int, message: str) -> JSONResponse:
     return JSONResponse(error_body(status_code, message), status=status_code)
 
@@ -175,7 +210,7 @@ def permission_denied_view(
 
 
 def is_api_path(path: str) -> bool:
-    return path.startswith("/v1/") or path == "/health"
+    return path.startswith("/v1/") or path in ("/health", "/metrics")
 
 
 class ErrorFormatMiddleware:
@@ -215,6 +250,16 @@ class ErrorFormatMiddleware:
         answered here: Django's traceback page would be HTML, and it cannot even be built
         when the exception's text holds a lone surrogate. With DEBUG off, Django's
         ``handler500`` answers (``server_error_view``), after its own logging."""
+        outage = backend_outage(exception)
+        if outage is not None and is_api_path(request.path):
+            backend, message = outage
+            log.warning("%s: %s", message, exception.__class__.__name__)
+            metrics.backend_error(backend)
+            response = JSONResponse(
+                error_body(503, message, code="service_unavailable"), status=503
+            )
+            response["Retry-After"] = str(OUTAGE_RETRY_AFTER_S)
+            return response
         if not settings.DEBUG or not is_api_path(request.path):
             return None
         log.error("unhandled error on %s", request.path, exc_info=exception)

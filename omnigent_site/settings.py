@@ -101,6 +101,9 @@ INSTALLED_APPS = [
     "sessions.apps.AgentSessionsConfig",
     "runners.apps.RunnersConfig",
     "workspaces.apps.WorkspacesConfig",
+    "webhook_outbox.apps.WebhookOutboxConfig",
+    "webhooks.apps.WebhooksConfig",
+    "audit.apps.AuditConfig",
     "schedules.apps.SchedulesConfig",
     "web.apps.WebConfig",
 ]
@@ -109,6 +112,8 @@ INSTALLED_APPS = [
 # inline-hooks equivalent (omnigent_site/runtime/middleware.py explains why); naming
 # Django's own classes here keeps `check --deploy` checking what they do.
 MIDDLEWARE = [
+    # Request id in and out, log context, request metrics (omnigent_site/observability.py).
+    "omnigent_site.observability.RequestObservationMiddleware",
     # Outermost: Django's own error pages on API paths become the error format.
     "omnigent_site.errors.ErrorFormatMiddleware",
     # API URLs whose path or query string is not UTF-8: 400 before anything decodes them.
@@ -245,7 +250,7 @@ if env_bool("DJANGO_SECURE_PROXY_SSL_HEADER", False):
 # variable; `check --deploy` sees them because MIDDLEWARE names Django's own classes.
 _HTTPS_ONLY = not DEBUG and not env_bool("OMNIGENT_LOCAL_SINGLE_USER", False)
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", _HTTPS_ONLY)
-SECURE_REDIRECT_EXEMPT = env_list("DJANGO_SECURE_REDIRECT_EXEMPT", [r"^health$"])
+SECURE_REDIRECT_EXEMPT = env_list("DJANGO_SECURE_REDIRECT_EXEMPT", [r"^health$", r"^metrics$"])
 SECURE_HSTS_SECONDS = env_int("DJANGO_SECURE_HSTS_SECONDS", 31_536_000 if _HTTPS_ONLY else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", _HTTPS_ONLY)
 SECURE_HSTS_PRELOAD = env_bool("DJANGO_SECURE_HSTS_PRELOAD", False)
@@ -333,6 +338,13 @@ OMNIGENT_REQUEST_THREADS_RUNNING = max(
 # Session stream (http-api.md, Stream).
 OMNIGENT_STREAM_HEARTBEAT_S = env_float("OMNIGENT_STREAM_HEARTBEAT_S", 15.0)
 OMNIGENT_EVENT_RETENTION = env_int("OMNIGENT_EVENT_RETENTION", 1000)
+# Retention and audit (lifecycle.md; sessions/retention.py). Days; unset or 0 keeps forever.
+OMNIGENT_ARCHIVE_AFTER_DAYS = env_int("OMNIGENT_ARCHIVE_AFTER_DAYS", 0)
+OMNIGENT_DELETE_ARCHIVED_AFTER_DAYS = env_int("OMNIGENT_DELETE_ARCHIVED_AFTER_DAYS", 0)
+OMNIGENT_EVENT_LOG_KEEP_DAYS = env_int("OMNIGENT_EVENT_LOG_KEEP_DAYS", 30)
+OMNIGENT_AUDIT_KEEP_DAYS = env_int("OMNIGENT_AUDIT_KEEP_DAYS", 365)
+# How often the retention job runs (once across all server processes).
+OMNIGENT_RETENTION_INTERVAL_S = env_float("OMNIGENT_RETENTION_INTERVAL_S", 86400.0)
 # The session-list stream's log (sessions/updates.py): each user's last this many list
 # events, and all of the last this many seconds, whichever keeps more.
 OMNIGENT_LIST_EVENT_RETENTION = max(1, env_int("OMNIGENT_LIST_EVENT_RETENTION", 1000))
@@ -394,6 +406,25 @@ CACHES = {
 # Approvals (approvals.md): the cap on how long a question waits, and how often every
 # server process looks for questions past their deadline.
 OMNIGENT_ASK_TIMEOUT_S = env_float("OMNIGENT_ASK_TIMEOUT_S", 3600.0)
+# Webhooks (automation.md, docs/automation.md). Plain http:// and private, loopback or
+# link-local receivers are refused unless these are set; local single-user mode allows both.
+OMNIGENT_WEBHOOK_ALLOW_HTTP = env_bool("OMNIGENT_WEBHOOK_ALLOW_HTTP", False)
+OMNIGENT_WEBHOOK_ALLOW_PRIVATE = env_bool("OMNIGENT_WEBHOOK_ALLOW_PRIVATE", False)
+# One attempt's deadline (name resolution, connection, request, response).
+OMNIGENT_WEBHOOK_TIMEOUT_S = max(0.1, env_float("OMNIGENT_WEBHOOK_TIMEOUT_S", 10.0))
+# The delays between attempts (seconds, each ± 10 %); after the last, a delivery fails.
+OMNIGENT_WEBHOOK_RETRY_S = [
+    float(delay)
+    for delay in env_list(
+        "OMNIGENT_WEBHOOK_RETRY_S", ["5", "30", "120", "600", "3600", "21600", "86400"]
+    )
+]
+# A webhook is disabled after this many events in a row failed (0: never).
+OMNIGENT_WEBHOOK_DISABLE_AFTER = max(0, env_int("OMNIGENT_WEBHOOK_DISABLE_AFTER", 20))
+# How often each server process looks for events written by other processes.
+OMNIGENT_WEBHOOK_POLL_S = max(0.05, env_float("OMNIGENT_WEBHOOK_POLL_S", 1.0))
+# Attempts in flight per server process.
+OMNIGENT_WEBHOOK_CONCURRENCY = max(1, env_int("OMNIGENT_WEBHOOK_CONCURRENCY", 32))
 OMNIGENT_APPROVAL_SWEEP_S = env_float("OMNIGENT_APPROVAL_SWEEP_S", 5.0)
 
 REST_FRAMEWORK = {
@@ -439,14 +470,41 @@ SPECTACULAR_SETTINGS = {
     ],
 }
 
+# Metrics (operations.md; omnigent_site/metrics.py): GET /metrics, off by default; with
+# a token, only for ``Authorization: Bearer <token>``. prometheus-client's multi-process
+# mode reads PROMETHEUS_MULTIPROC_DIR when it is imported, so it is set here, before
+# anything imports it: every server process of a machine shares the folder.
+OMNIGENT_METRICS = env_bool("OMNIGENT_METRICS", False)
+OMNIGENT_METRICS_TOKEN = os.environ.get("OMNIGENT_METRICS_TOKEN", "").strip()
+if OMNIGENT_METRICS and not os.environ.get("PROMETHEUS_MULTIPROC_DIR", "").strip():
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(BASE_DIR / "var" / "metrics")
+if OMNIGENT_METRICS:
+    Path(os.environ["PROMETHEUS_MULTIPROC_DIR"]).mkdir(parents=True, exist_ok=True)
+
 _LOG_LEVEL = os.environ.get("OMNIGENT_LOG_LEVEL", "INFO").strip().upper() or "INFO"
 # Libraries that log routine chatter at INFO show it only when the level is DEBUG.
 _CHATTER_LEVEL = "DEBUG" if _LOG_LEVEL == "DEBUG" else "WARNING"
+# Human lines by default; ``json``: one JSON object per line, daphne's access log
+# included (omnigent_site/observability.py, runtime/server.py). Either way every record
+# gets the request id, user, session and runner when known.
+OMNIGENT_LOG_FORMAT = os.environ.get("OMNIGENT_LOG_FORMAT", "").strip().lower() or "text"
+if OMNIGENT_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured("OMNIGENT_LOG_FORMAT must be text or json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "omnigent_site.observability.JsonLogFormatter"},
+    },
+    "filters": {"context": {"()": "omnigent_site.observability.LogContextFilter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if OMNIGENT_LOG_FORMAT == "json" else "plain",
+            "filters": ["context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": _LOG_LEVEL},
     "loggers": {
         # "Starting server at tcp:port=8000:interface=127.0.0.1": the runtime's own line

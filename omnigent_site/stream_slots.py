@@ -23,6 +23,8 @@ from django.conf import settings
 from django.http import StreamingHttpResponse
 from rest_framework.exceptions import Throttled
 
+from . import metrics
+
 # What a refused client is told to wait: streams end when their watchers leave, at no
 # known time, so this is a polite pause rather than a promise.
 RETRY_AFTER_S = 5
@@ -65,10 +67,15 @@ class StreamSlot:
         self._key = key
         self._lock = threading.Lock()
         self._held = held
+        self._open = True  # counted in ``omnigent_open_streams`` until released
+        metrics.stream_opened()
 
     def release(self) -> None:
         with self._lock:
             held, self._held = self._held, False
+            was_open, self._open = self._open, False
+        if was_open:
+            metrics.stream_closed()
         if held:
             self._slots._release(self._key)
 

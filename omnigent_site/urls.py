@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 
 from .health import health
+from .metrics_view import metrics_view
 
 urlpatterns = [
     # The API first (api/urls.py: every /v1 route, in the order they are tried, and
@@ -10,6 +11,7 @@ urlpatterns = [
     # The web page (web/): sessions at "/", a session at "/s/<id>", runners, sign-in.
     path("", include("web.urls")),
     path("health", health, name="health"),
+    path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
     path("api-auth/", include("rest_framework.urls")),
 ]

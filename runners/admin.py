@@ -1,4 +1,7 @@
+from typing import cast
+
 from django.contrib import admin, messages
+from django.contrib.auth.models import User as AuthUser
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -64,7 +67,7 @@ class RunnerAdmin(admin.ModelAdmin):
     def revoke(self, request: HttpRequest, queryset: QuerySet[Runner]) -> None:
         count = 0
         for runner in queryset.filter(revoked_at__isnull=True):
-            services.revoke_runner(runner=runner)
+            services.revoke_runner(runner=runner, actor=cast(AuthUser, request.user))
             count += 1
         self.message_user(request, f"Revoked {count} runner(s).", messages.SUCCESS)
 

@@ -53,6 +53,7 @@ from omnigent_runner.protocol import (
     frame_type,
     with_id,
 )
+from omnigent_site import metrics, observability
 from omnigent_site.runtime.shutdown import stopping
 from sessions import approvals
 
@@ -101,6 +102,8 @@ class TunnelConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self.runner_id = self.scope["url_route"]["kwargs"]["runner_id"]
+        # This connection's task (and the tasks it starts) log with the runner's id.
+        observability.runner_id_var.set(self.runner_id)
         self.generation = 0
         self.hello_seen = False
         # Set by the hello: the runner reads ``event.acks`` (docs/protocol.md).
@@ -112,6 +115,9 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         self.command_counter = 0
         self.tasks: list[asyncio.Task[None]] = []
         self.event_backlog: deque[runner_events.ReceivedEvent] = deque()
+        # When each backlog event arrived (for ``omnigent_runner_event_lag_seconds``).
+        self.event_arrivals: deque[float] = deque()
+        self.counted_connected = False
         self.event_writer: asyncio.Task[None] | None = None
         if stopping().is_set():
             # A tunnel held by a process on its way out would read online after it.
@@ -189,6 +195,8 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             )
         )
         log.info("runner %s online (generation %s)", self.runner_id, self.generation)
+        metrics.runner_connected()
+        self.counted_connected = True
         for resume in resumes:
             if resume.session_id in open_ids:
                 await database_sync_to_async(runner_events.mark_session_opened)(
@@ -282,9 +290,12 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         # Stored by one writer task, in arrival order; events that arrive while it is
         # busy, or together in one ``events`` frame, are stored (and shown to
         # watchers) together in its next round.
+        before = len(self.event_backlog)
         self.event_backlog.extend((frame.session_id, frame.seq, frame.event) for frame in frames)
         if not self.event_backlog:
             return
+        arrived = time.monotonic()
+        self.event_arrivals.extend(arrived for _ in range(len(self.event_backlog) - before))
         if self.event_writer is None or self.event_writer.done():
             self.event_writer = asyncio.create_task(self._write_events())
 
@@ -297,9 +308,13 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                     self.event_backlog.popleft()
                     for _ in range(min(len(self.event_backlog), EVENT_BATCH))
                 ]
+                oldest = self.event_arrivals[0] if self.event_arrivals else time.monotonic()
+                for _ in range(min(len(batch), len(self.event_arrivals))):
+                    self.event_arrivals.popleft()
                 acks = await database_sync_to_async(services.record_runner_events)(
                     runner_id=self.runner_id, events=batch
                 )
+                metrics.runner_events_stored(oldest_wait_s=time.monotonic() - oldest)
                 await self._acknowledge(acks)
         except Exception as exc:
             # Nothing unacknowledged is lost: the runner resends it after reconnecting.
@@ -430,6 +445,9 @@ class TunnelConsumer(AsyncWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self.closing = True
+        if getattr(self, "counted_connected", False):
+            self.counted_connected = False
+            metrics.runner_disconnected()
         for task in self.tasks:
             task.cancel()
         await self._finish_event_writer()

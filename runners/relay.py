@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -24,6 +25,7 @@ from omnigent_runner.protocol import (
     channel_message,
     decode_channel_message,
 )
+from omnigent_site import metrics
 
 from .tunnel_errors import nack_error
 
@@ -57,20 +59,25 @@ async def send_command(
     deadline = settings.OMNIGENT_RELAY_TIMEOUT_S if timeout is None else timeout
     layer = get_channel_layer()
     assert layer is not None, "CHANNEL_LAYERS is configured in settings"
-    reply_channel = await layer.new_channel()
-    message = channel_message(TunnelCommand(command=command, reply_channel=reply_channel))
+    started = time.perf_counter()
     try:
+        reply_channel = await layer.new_channel()
+        message = channel_message(TunnelCommand(command=command, reply_channel=reply_channel))
         async with asyncio.timeout(deadline):
             await layer.send(channel_name, message)
             raw_reply = await layer.receive(reply_channel)
     except TimeoutError:
+        metrics.relay_answered(outcome="timeout", seconds=time.perf_counter() - started)
         raise RelayError(
             "runner_timeout", f"the runner did not acknowledge within {deadline:g} s"
         ) from None
     except Exception as exc:
         # A full or unreachable channel layer is a delivery failure, not a 500.
         log.warning("relay to %s failed: %s", channel_name, exc.__class__.__name__)
+        metrics.relay_answered(outcome="undelivered", seconds=time.perf_counter() - started)
+        metrics.backend_error("redis" if settings.REDIS_URL else "channel_layer")
         raise RelayError("relay_failed", "the command could not be delivered") from exc
+    metrics.relay_answered(outcome="answered", seconds=time.perf_counter() - started)
     try:
         reply = decode_channel_message(raw_reply)
     except ProtocolError as exc:

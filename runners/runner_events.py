@@ -19,7 +19,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from omnigent_runner import protocol
+from omnigent_site import metrics
 from omnigent_site.ids import new_item_id
+from omnigent_site.observability import current_request_id
 from omnigent_site.rawsql import (
     first_row,
     insert_row,
@@ -30,7 +32,7 @@ from omnigent_site.rawsql import (
     update_row,
 )
 from omnigent_site.timeutil import unix
-from sessions import approvals, blobs, policies, updates
+from sessions import approvals, blobs, policies, updates, webhook_events
 from sessions import files as session_files
 from sessions.eventlog import (
     WriteUnit,
@@ -101,7 +103,9 @@ def turn_start_command(
     *, response: Turn, inputs: Sequence[Item] | None = None
 ) -> protocol.TurnStart:
     """``inputs``: the turn's user items when the caller has them (a turn just accepted
-    has exactly its message); read from the database otherwise."""
+    has exactly its message); read from the database otherwise. The command carries
+    the id of the request this code runs for, if any (the message's ``X-Request-ID``),
+    so the runner's log lines of the turn carry it too."""
     if inputs is None:
         inputs = list(
             Item.objects.filter(
@@ -117,6 +121,7 @@ def turn_start_command(
             for item in inputs
         ],
         tools=response.tools or [],
+        request_id=current_request_id(),
     )
 
 
@@ -171,6 +176,7 @@ def _finish_turn(
     status: str,
     error: dict | None,
     model: str,
+    agent: str,
     unit: WriteUnit | None = None,
 ) -> None:
     if not response.is_open:
@@ -179,6 +185,15 @@ def _finish_turn(
     response.error = error
     response.completed_at = timezone.now()
     update_row(response, ["status", "error", "completed_at"])
+    webhook_events.turn_ended(response)
+    seconds = (
+        (response.completed_at - response.created_at).total_seconds()
+        if response.created_at
+        else None
+    )
+    # Counted once the end is stored: a run that rolls back (and is applied again event
+    # by event) counts nothing.
+    transaction.on_commit(lambda: metrics.turn_ended(agent=agent, status=status, seconds=seconds))
     # A question about a call of a finished turn can no longer be acted on.
     approvals.cancel_pending(
         session_id=response.session_id, turn_ids=[response.id], reason="the turn ended", unit=unit
@@ -261,7 +276,11 @@ def fail_turn(*, session_id: str, response_id: str, code: str, message: str) -> 
         response = Turn.objects.filter(id=response_id, session=session).first()
         if response is not None:
             _finish_turn(
-                response, status=Turn.Status.FAILED, error=error, model=session.agent.model
+                response,
+                status=Turn.Status.FAILED,
+                error=error,
+                model=session.agent.model,
+                agent=session.agent.name,
             )
         _set_session_state(session, status=Session.Status.FAILED, response_id=None, error=error)
 
@@ -272,7 +291,11 @@ def fail_open_turns(*, session_id: str, code: str, message: str) -> None:
         session = Session.objects.select_for_update().select_related("agent").get(pk=session_id)
         for response in Turn.objects.filter(session=session, status__in=Turn.OPEN_STATUSES):
             _finish_turn(
-                response, status=Turn.Status.FAILED, error=error, model=session.agent.model
+                response,
+                status=Turn.Status.FAILED,
+                error=error,
+                model=session.agent.model,
+                agent=session.agent.name,
             )
         _set_session_state(session, status=Session.Status.FAILED, response_id=None, error=error)
 
@@ -452,6 +475,8 @@ def _apply_response_created(run: _Run, event: protocol.ResponseCreated) -> None:
     if response.status == Turn.Status.QUEUED:
         response.status = Turn.Status.IN_PROGRESS
         update_row(response, ["status"])
+        agent = run.session.agent.name
+        transaction.on_commit(lambda: metrics.turn_started(agent=agent))
         output = []  # nothing of a turn that only now starts (its input is not output)
     body = response_payload(response, model=run.model, output=output)
     for event_type in ("response.created", "response.in_progress"):
@@ -469,6 +494,7 @@ def _apply_turn_end(run: _Run, event: protocol.TurnEnd) -> None:
         status=TURN_END_STATUS[type(event)],
         error=_error(event.error),
         model=run.model,
+        agent=run.session.agent.name,
         unit=run.unit,
     )
 
@@ -551,6 +577,7 @@ def _apply_status(run: _Run, event: protocol.SessionStatus) -> None:
                 status=Turn.Status.FAILED,
                 error=error,
                 model=run.model,
+                agent=run.session.agent.name,
                 unit=run.unit,
             )
         response_id = None

@@ -19,6 +19,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from audit import actions as audit_actions
+from audit import services as audit
 from omnigent_runner.identity import derive_runner_id, new_binding_token
 from omnigent_runner.protocol import (
     ApprovalVerdict,
@@ -29,10 +31,11 @@ from omnigent_runner.protocol import (
 )
 from omnigent_site.domain_errors import Forbidden, InvalidInput
 from omnigent_site.users import get_or_create_user, is_admin
-from sessions import approvals, updates
+from sessions import approvals, runner_presence, updates
 from sessions.blobs import BundleMissing
 from sessions.eventlog import WriteUnit, publishing_together
 from sessions.models import Session, Turn
+from webhook_outbox.events import enqueue_webhook_event
 
 from . import runner_events
 from .models import Runner
@@ -48,21 +51,52 @@ log = logging.getLogger(__name__)
 SEEN_WRITE_INTERVAL_S = 5.0
 
 
+# --- webhook events (automation.md): written with the row change they report ------
+
+
+def _runner_event(kind: str, *, runner_id: str, owner_id: int) -> None:
+    """``runner.online`` / ``runner.offline`` for the runner owner's webhooks."""
+    enqueue_webhook_event(type=kind, data={"runner_id": runner_id}, owner_id=owner_id)
+
+
 # --- registration ---------------------------------------------------------------
 
 
 def register_runner(*, owner: AuthUser, name: str = "") -> tuple[Runner, str]:
     """A new runner and its binding token (returned once, never stored)."""
     token = new_binding_token()
-    runner = Runner.objects.create(id=derive_runner_id(token), owner=owner, name=name)
+    with transaction.atomic():
+        runner = Runner.objects.create(id=derive_runner_id(token), owner=owner, name=name)
+        _audit_registered(runner=runner, actor=owner, how="api")
     return runner, token
 
 
-def revoke_runner(*, runner: Runner) -> None:
+def _audit_registered(*, runner: Runner, actor: AuthUser | None, how: str) -> None:
+    # The binding token is the runner's credential: its creation is this record too.
+    audit.record(
+        actor=actor,
+        action=audit_actions.RUNNER_REGISTER,
+        target_type="runner",
+        target_id=runner.id,
+        details={"name": runner.name, "owner": runner.owner.get_username(), "how": how},
+    )
+
+
+def revoke_runner(*, runner: Runner, actor: AuthUser | None = None) -> None:
     """The token stops connecting and a live tunnel is closed."""
     channel = runner.channel_name
     runner.revoked_at = timezone.now()
-    runner.save(update_fields=["revoked_at"])
+    with transaction.atomic():
+        runner.save(update_fields=["revoked_at"])
+        audit.record(
+            actor=actor,
+            action=audit_actions.RUNNER_REVOKE,
+            target_type="runner",
+            target_id=runner.id,
+            details={"name": runner.name, "owner": runner.owner.get_username()},
+        )
+        if channel:
+            _runner_event("runner.offline", runner_id=runner.id, owner_id=runner.owner_id)
     if channel:
         async_to_sync(notify)(channel_name=channel, message=TunnelRevoked())
 
@@ -100,13 +134,20 @@ def authorize_tunnel(
     allow_list = {entry.strip() for entry in settings.OMNIGENT_RUNNER_TUNNEL_TOKEN if entry.strip()}
     if token.strip() in allow_list:
         owner = get_or_create_user(settings.OMNIGENT_RUNNER_OWNER)
-        runner, _ = Runner.objects.get_or_create(id=derived, defaults={"owner": owner})
-        return TunnelAuthorization(runner, "allow-listed token")
+        return TunnelAuthorization(_auto_register(derived, owner=owner), "allow-listed token")
     if settings.OMNIGENT_LOCAL_SINGLE_USER and _is_loopback(peer_host):
         owner = get_or_create_user(settings.OMNIGENT_LOCAL_USER)
-        runner, _ = Runner.objects.get_or_create(id=derived, defaults={"owner": owner})
-        return TunnelAuthorization(runner, "local single-user mode")
+        return TunnelAuthorization(_auto_register(derived, owner=owner), "local single-user mode")
     return TunnelAuthorization(None, "unknown runner")
+
+
+def _auto_register(runner_id: str, *, owner: AuthUser) -> Runner:
+    """The runner of an allow-listed token or of local mode, registered on first sight."""
+    with transaction.atomic():
+        runner, created = Runner.objects.get_or_create(id=runner_id, defaults={"owner": owner})
+        if created:
+            _audit_registered(runner=runner, actor=None, how="tunnel")
+    return runner
 
 
 # --- tunnel lifecycle -----------------------------------------------------------
@@ -154,6 +195,9 @@ def mark_connected(
         )
         runner.refresh_from_db(fields=["generation"])
         updates.announce_runner_sessions(runner_id=runner_id)
+        runner_presence.announce_runner_state(runner_id=runner_id)
+        if not replaced:
+            _runner_event("runner.online", runner_id=runner_id, owner_id=runner.owner_id)
     return Connection(
         generation=runner.generation, replaced_channel=replaced if replaced != channel_name else ""
     )
@@ -171,6 +215,9 @@ def mark_disconnected(*, runner_id: str, generation: int) -> bool:
         )
         if updated:
             updates.announce_runner_sessions(runner_id=runner_id)
+            runner_presence.announce_runner_state(runner_id=runner_id)
+            owner_id = Runner.objects.filter(pk=runner_id).values_list("owner_id", flat=True)[0]
+            _runner_event("runner.offline", runner_id=runner_id, owner_id=owner_id)
     return bool(updated)
 
 
@@ -189,14 +236,21 @@ def release_tunnels(*, process_id: str) -> list[str]:
     died); returns the runner ids. Their busy sessions then wait out the reconnect
     grace like after any drop (``fail_stale_runners``)."""
     held = Runner.objects.filter(tunnel_process=process_id).exclude(channel_name="")
-    runner_ids = list(held.values_list("id", flat=True))
+    owners = dict(held.values_list("id", "owner_id"))
+    runner_ids = list(owners)
     if not runner_ids:
         return []
     with transaction.atomic():
         # A runner that reconnected meanwhile names another process: left alone.
-        held.filter(id__in=runner_ids).update(channel_name="", disconnected_at=timezone.now())
+        released = list(
+            held.filter(id__in=runner_ids).select_for_update().values_list("id", flat=True)
+        )
+        held.filter(id__in=released).update(channel_name="", disconnected_at=timezone.now())
         for runner_id in runner_ids:
             updates.announce_runner_sessions(runner_id=runner_id)
+            runner_presence.announce_runner_state(runner_id=runner_id)
+        for runner_id in released:
+            _runner_event("runner.offline", runner_id=runner_id, owner_id=owners[runner_id])
     return runner_ids
 
 
@@ -215,6 +269,9 @@ def restore_tunnels(*, process_id: str, held: Sequence[tuple[str, str, int]]) ->
             )
             if restored:
                 updates.announce_runner_sessions(runner_id=runner_id)
+                runner_presence.announce_runner_state(runner_id=runner_id)
+                owner_id = Runner.objects.filter(pk=runner_id).values_list("owner_id", flat=True)[0]
+                _runner_event("runner.online", runner_id=runner_id, owner_id=owner_id)
 
 
 def fail_sessions_after_grace(*, runner_id: str, generation: int) -> list[str]:
@@ -358,6 +415,7 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
         with transaction.atomic():
             Session.objects.filter(pk=session.pk).update(runner=None, updated_at=timezone.now())
             updates.announce_session(session_id=session.id)
+            runner_presence.announce_session_runner(session_id=session.id)
         if previous is not None and previous.channel_name:
             close_session_on_runner(session=session)
         session.refresh_from_db()
@@ -372,6 +430,7 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
             runner=runner, runner_generation_opened=0, updated_at=timezone.now()
         )
         updates.announce_session(session_id=session.id)
+        runner_presence.announce_session_runner(session_id=session.id)
     if previous is not None and previous.pk != runner.pk and previous.channel_name:
         close_session_on_runner(session=session, runner=previous)
     session.refresh_from_db()

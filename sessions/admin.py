@@ -5,7 +5,7 @@ fact (the tunnel's services), and an admin edit would race the runner."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin
 from django.db.models import QuerySet
@@ -17,9 +17,12 @@ from django.utils.safestring import SafeString
 
 from omnigent_runner.policies import rules_as_json
 
-from . import policies
+from . import policies, services
 from .blobs import BundleMissing
 from .models import Agent, Item, Permission, PolicyChange, Session, Turn
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User as AuthUser
 
 # A transcript longer than this shows its most recent items (with a note).
 TRANSCRIPT_ITEMS = 500
@@ -102,6 +105,14 @@ class SessionAdmin(admin.ModelAdmin):
     ]
     raw_id_fields = ["agent", "runner", "created_by"]
     inlines = [PermissionInline, TurnInline]
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        # Through the service: watchers are told, files collected, the act audited.
+        services.delete_session(session=obj, actor=cast("AuthUser", request.user))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for session in queryset.select_related("agent"):
+            services.delete_session(session=session, actor=cast("AuthUser", request.user))
 
     @admin.display(description="title", ordering="title")
     def short_title(self, session: Session) -> str:

@@ -22,10 +22,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from audit import actions as audit_actions
+from audit import services as audit
 from omnigent_runner import protocol
 from omnigent_site.domain_errors import InvalidInput, NotFound
 
-from . import selectors, updates
+from . import selectors, updates, webhook_events
 from .approval_shapes import approval_message
 from .eventlog import WriteUnit, record_event
 from .models import Approval, Session, Turn
@@ -117,6 +119,7 @@ def record_requested(
         again = Approval.objects.get(session=session, response_id=turn.id, call_id=event.call_id)
         return Asked(_asked_again(again), False)
     record_event(session_id=session.id, payload=elicitation_request_event(approval), unit=unit)
+    webhook_events.approval_requested(approval)
     # Its list row counts open questions.
     updates.announce_session(session_id=session.id, unit=unit)
     return Asked(approval, created=True)
@@ -184,9 +187,29 @@ def resolve(
         )
         approval = Approval.objects.select_related("resolved_by").get(pk=approval.pk)
         if won:
+            _audit_verdict(approval, actor=user)
             _publish_resolved(approval)
             return Resolution(approval, stored=True, conflict=False)
     return Resolution(approval, stored=False, conflict=approval.action != action)
+
+
+def _audit_verdict(approval: Approval, *, actor: AuthUser | None) -> None:
+    """The verdict's audit record, in the transaction that stored the verdict."""
+    audit.record(
+        actor=actor,
+        action=audit_actions.APPROVAL_VERDICT,
+        target_type="elicitation",
+        target_id=approval.id,
+        session_id=approval.session_id,
+        details={
+            "tool": approval.tool,
+            "arguments_sha256": audit.arguments_sha256(approval.arguments),
+            "verdict": approval.status,
+            "reason": approval.reason,
+            "call_id": approval.call_id,
+            "response_id": approval.response_id,
+        },
+    )
 
 
 def _publish_resolved(approval: Approval, *, unit: WriteUnit | None = None) -> None:
@@ -199,6 +222,7 @@ def _publish_resolved(approval: Approval, *, unit: WriteUnit | None = None) -> N
         unit=unit,
     )
     updates.announce_session(session_id=approval.session_id, unit=unit)
+    webhook_events.approval_resolved(approval)
 
 
 def _expire(pk: str, *, now: datetime) -> Approval | None:
@@ -210,6 +234,7 @@ def _expire(pk: str, *, now: datetime) -> Approval | None:
         if not won:
             return None
         approval = Approval.objects.get(pk=pk)
+        _audit_verdict(approval, actor=None)
         _publish_resolved(approval)
     return approval
 
@@ -257,6 +282,7 @@ def cancel_pending(
             if not won:
                 continue
             approval = Approval.objects.select_related("resolved_by").get(pk=pk)
+            _audit_verdict(approval, actor=user)
             _publish_resolved(approval, unit=unit)
         cancelled.append(approval)
     return cancelled

@@ -14,10 +14,23 @@ class AgentSessionsConfig(AppConfig):
 
     def ready(self) -> None:
         from django.conf import settings
+        from django.db.models.signals import post_migrate
+
+        from . import search_index
+
+        # A migration that rebuilds a table on SQLite drops its triggers: put them back.
+        post_migrate.connect(search_index.ensure_installed, sender=self)
 
         # Registers the OpenAPI descriptions of the authentication classes.
-        from omnigent_site import schema  # noqa: F401
+        from omnigent_site import (
+            metrics,
+            schema,  # noqa: F401
+        )
         from omnigent_site.runtime import limit_request_body
+
+        from .metrics import QueuedTurns
+
+        metrics.on_scrape(QueuedTurns())
 
         # An upload of a session file is cut off at the socket once it passes the cap
         # plus room for the multipart framing (files.md §1: never buffered whole).

@@ -19,6 +19,8 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
+from audit import actions as audit_actions
+from audit import services as audit
 from omnigent_site.domain_errors import InvalidInput, NotFound, PayloadTooLarge
 
 from . import file_store, file_types
@@ -96,12 +98,22 @@ def add_session_file(
         raise
 
 
-def delete_session_file(*, session: Session, file: SessionFile) -> None:
+def delete_session_file(
+    *, session: Session, file: SessionFile, actor: AuthUser | None = None
+) -> None:
     sha256 = file.sha256
     with transaction.atomic():
         deleted, _ = SessionFile.objects.filter(pk=file.pk, session=session).delete()
         if not deleted:
             raise NotFound(f"file {file.pk!r} not found in this session")
+        audit.record(
+            actor=actor,
+            action=audit_actions.FILE_DELETE,
+            target_type="file",
+            target_id=file.pk,
+            session_id=session.id,
+            details={"name": file.name, "sha256": sha256, "bytes": file.bytes},
+        )
         record_event(
             session_id=session.id,
             payload=resource_deleted_event(session_id=session.id, resource_id=file.pk),

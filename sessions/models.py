@@ -99,6 +99,8 @@ class Session(models.Model):
     share_workspace_files = models.BooleanField(default=False)
     # The session's own policy rules (approvals.md), validated, before the bundle's.
     policy_rules = models.JSONField(default=list, blank=True)
+    # The runner's latest ``session.mcp_status`` (mcp.md): server name -> state.
+    mcp_servers = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]

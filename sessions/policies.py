@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 
 from django.db import transaction
 
+from audit import actions as audit_actions
+from audit import services as audit
 from omnigent_runner.bundles import BundleError, parse_bundle
 from omnigent_runner.policies import (
     NO_GUARDRAILS,
@@ -99,8 +101,16 @@ def replace_session_rules(*, session: Session, user: AuthUser, raw: object) -> S
         old_rules = locked.policy_rules or []
         locked.policy_rules = new_rules
         locked.save(update_fields=["policy_rules", "updated_at"])
-        PolicyChange.objects.create(
+        change = PolicyChange.objects.create(
             session=locked, user=user, old_rules=old_rules, new_rules=new_rules
+        )
+        audit.record(
+            actor=user,
+            action=audit_actions.POLICY_CHANGE,
+            target_type="session",
+            target_id=locked.id,
+            session_id=locked.id,
+            details={"policy_change_id": change.pk, "old_rules": old_rules, "new_rules": new_rules},
         )
     session.policy_rules = new_rules
     return session

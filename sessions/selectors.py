@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
 from django.contrib.auth.models import User as AuthUser
@@ -236,6 +237,13 @@ def sessions_granted_to(*, user: AuthUser) -> QuerySet[Session]:
         Session.objects.filter(grants__user=user)
         .select_related("agent", "runner")
         .annotate(pending_elicitations_count=pending_approval_count())
+    )
+
+
+def managed_session_ids(*, user: AuthUser) -> QuerySet[Permission, Any]:
+    """A query of the ids of the sessions the user manages (a manage or owner grant)."""
+    return Permission.objects.filter(user=user, level__gte=Permission.Level.MANAGE).values(
+        "session_id"
     )
 
 

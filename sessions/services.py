@@ -9,13 +9,15 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from audit import actions as audit_actions
+from audit import services as audit
 from omnigent_runner.bundles import Bundle, BundleError, parse_bundle
 from omnigent_site.domain_errors import Conflict, Forbidden, InvalidInput, NotFound
 from omnigent_site.ids import new_item_id
 from omnigent_site.json_input import UNSTORABLE_TEXT, has_unstorable_text
 from omnigent_site.users import get_or_create_user
 
-from . import blobs, files, updates
+from . import blobs, files, updates, webhook_events
 from .eventlog import publish_session_end
 from .models import Agent, Item, Permission, Session
 
@@ -35,7 +37,9 @@ def parse_uploaded_bundle(*, data: bytes) -> Bundle:
     try:
         return parse_bundle(data, max_yaml_bytes=settings.OMNIGENT_MAX_AGENT_YAML_BYTES)
     except BundleError as exc:
-        raise InvalidInput(str(exc), field="bundle") from exc
+        # A spec field at fault (an MCP declaration's ``tools.git.args``) is named too.
+        fields = {"bundle": str(exc), exc.field: str(exc)} if exc.field else None
+        raise InvalidInput(str(exc), field="bundle", fields=fields) from exc
 
 
 def _agent_from_bundle(*, bundle: Bundle, kind: str, user: AuthUser | None) -> Agent:
@@ -89,6 +93,13 @@ def delete_template_agent(*, agent: Agent, user: AuthUser, is_admin: bool) -> No
         else:
             agent.deleted_at = timezone.now()
             agent.save(update_fields=["deleted_at"])
+        audit.record(
+            actor=user,
+            action=audit_actions.AGENT_DELETE,
+            target_type="agent",
+            target_id=agent.id,
+            details={"name": agent.name, "bundle_sha256": agent.bundle_sha256},
+        )
     if removed:
         _forget_blob_unless_used(agent.bundle_sha256)
 
@@ -181,6 +192,7 @@ def create_session(
             ]
         )
         updates.announce_session(session_id=session.id, kind=updates.ADDED)
+        webhook_events.session_created(session)
     return session
 
 
@@ -227,15 +239,29 @@ def update_session(
     return session
 
 
-def delete_session(*, session: Session) -> None:
-    """Delete the session and everything it owns; watchers' streams end."""
+def delete_session(
+    *, session: Session, actor: AuthUser | None = None, reason: str = "deleted"
+) -> None:
+    """Delete the session and everything it owns; watchers' streams end.
+
+    ``actor``: who deleted it (None: the retention job, ``reason`` says why).
+    """
     session_id = session.id
     agent = session.agent
     file_hashes = files.session_blob_hashes(session=session)
     with transaction.atomic():
         watchers = updates.grantees(session_id=session_id)
+        audit.record(
+            actor=actor,
+            action=audit_actions.SESSION_DELETE,
+            target_type="session",
+            target_id=session_id,
+            session_id=session_id,
+            details={"title": session.title, "agent_id": agent.id, "reason": reason},
+        )
         session.delete()
         updates.announce_removed(session_id=session_id, user_pks=watchers)
+        webhook_events.session_deleted(session_id=session_id, readers=watchers)
         if agent.kind == Agent.Kind.SESSION and not agent.sessions.exists():
             agent.delete()
         elif agent.deleted_at is not None and not agent.sessions.exists():
@@ -263,6 +289,7 @@ def grant_permission(*, session: Session, actor: AuthUser, user_id: str, level: 
         grant = Permission.objects.select_for_update().filter(session=session, user=target).first()
         if grant is not None and grant.level == Permission.Level.OWNER:
             raise Forbidden("the owner's permission cannot be changed")
+        previous = grant.level if grant is not None else None
         if grant is None:
             grant = Permission.objects.create(session=session, user=target, level=level)
             updates.announce_session(session_id=session.id, kind=updates.ADDED, only=target.pk)
@@ -270,10 +297,18 @@ def grant_permission(*, session: Session, actor: AuthUser, user_id: str, level: 
             grant.level = level
             grant.save(update_fields=["level"])
             updates.announce_session(session_id=session.id, only=target.pk)
+        audit.record(
+            actor=actor,
+            action=audit_actions.PERMISSION_GRANT,
+            target_type="user",
+            target_id=target.get_username(),
+            session_id=session.id,
+            details={"level": level, "previous_level": previous},
+        )
     return grant
 
 
-def revoke_permission(*, session: Session, user_id: str) -> None:
+def revoke_permission(*, session: Session, user_id: str, actor: AuthUser | None = None) -> None:
     grant = Permission.objects.filter(session=session, user__username=user_id).first()
     if grant is None:
         raise NotFound(f"user {user_id!r} has no permission on this session")
@@ -281,4 +316,12 @@ def revoke_permission(*, session: Session, user_id: str) -> None:
         raise Forbidden("the owner cannot be revoked or leave the session")
     with transaction.atomic():
         grant.delete()
+        audit.record(
+            actor=actor,
+            action=audit_actions.PERMISSION_REVOKE,
+            target_type="user",
+            target_id=user_id,
+            session_id=session.id,
+            details={"level": grant.level},
+        )
         updates.announce_removed(session_id=session.id, user_pks=[grant.user_id])

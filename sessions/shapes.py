@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal, NotRequired, cast
 
 from typing_extensions import Doc, TypedDict
 
@@ -21,6 +21,7 @@ from omnigent_site.shapes import CursorPage, ErrorInfo, allows_extra_keys
 from omnigent_site.timeutil import unix
 
 from .approval_shapes import ElicitationRequestEvent, pending_elicitations
+from .mcp_shapes import McpServerOut, McpServerState, mcp_servers_body, mcp_states
 from .models import Agent, Approval, Item, Permission, Session, SessionFile, Turn
 
 UnixTime = Annotated[int, Doc("Unix seconds")]
@@ -59,6 +60,16 @@ def agent_body(agent: Agent) -> AgentOut:
         "model": agent.model or None,
         "version": agent.version,
     }
+
+
+class SessionAgentOut(AgentOut):
+    """A session's agent, with its MCP servers and their latest state (mcp.md)."""
+
+    mcp_servers: list[McpServerOut]
+
+
+def session_agent_body(session: Session) -> SessionAgentOut:
+    return {**agent_body(session.agent), "mcp_servers": mcp_servers_body(session)}
 
 
 class AgentPage(CursorPage[AgentOut]):
@@ -130,6 +141,9 @@ class SessionRowOut(TypedDict):
     title: str | None
     labels: dict[str, str]
     runner_id: str | None
+    runner_name: Annotated[
+        str | None, Doc("the bound runner's name (its id when it has none); null when none")
+    ]
     runner_online: Annotated[
         bool, Doc("whether the bound runner's tunnel is live; true when none is bound")
     ]
@@ -152,6 +166,10 @@ class SessionOut(SessionRowOut):
         list[ElicitationRequestEvent],
         Doc("the open questions' request payloads, oldest first (approvals.md)"),
     ]
+    mcp_servers: Annotated[
+        dict[str, McpServerState],
+        Doc("the MCP servers' latest state as the runner reported it (mcp.md)"),
+    ]
 
 
 def session_row(session: Session, *, level: int, pending_count: int | None = None) -> SessionRowOut:
@@ -171,6 +189,7 @@ def session_row(session: Session, *, level: int, pending_count: int | None = Non
         "title": session.title,
         "labels": session.labels or {},
         "runner_id": session.runner_id,
+        "runner_name": (runner.name or runner.id) if runner is not None else None,
         "runner_online": runner.online if runner is not None else True,
         "last_task_error": session.last_task_error,
         "active_response_id": session.active_response_id,
@@ -189,10 +208,44 @@ def session_body(
         **session_row(session, level=level, pending_count=len(requests)),
         "items": nested_items(items),
         "pending_elicitations": requests,
+        "mcp_servers": mcp_states(session),
     }
 
 
-class SessionPage(CursorPage[SessionRowOut]):
+class SessionListRowOut(SessionRowOut):
+    """A row of ``GET /v1/sessions``: with ``search_query``, where the search matched."""
+
+    search_snippet: NotRequired[
+        Annotated[
+            str | None,
+            Doc(
+                "with search_query: up to 200 characters of the first matching item around "
+                "the match, matched words between « and »; null for a title-only match"
+            ),
+        ]
+    ]
+    search_item_id: NotRequired[
+        Annotated[
+            str | None,
+            Doc("with search_query: the first matching item; null for a title-only match"),
+        ]
+    ]
+
+
+def session_list_row(
+    session: Session, *, level: int, search_hit: tuple[str, str] | None | bool = False
+) -> SessionListRowOut:
+    """``search_hit``: ``(item id, snippet)`` of a search's first matching item, None for
+    a title-only match, False when the list was not searched (no search fields)."""
+    row: SessionListRowOut = {**session_row(session, level=level)}  # type: ignore[typeddict-item]
+    if search_hit is not False:
+        item_id, snippet = search_hit if isinstance(search_hit, tuple) else (None, None)
+        row["search_snippet"] = snippet
+        row["search_item_id"] = item_id
+    return row
+
+
+class SessionPage(CursorPage[SessionListRowOut]):
     """A page of the sessions where the caller holds a grant."""
 
 

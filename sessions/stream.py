@@ -23,6 +23,7 @@ from omnigent_site.runtime.flow import WriteWatch
 
 from .eventlog import session_group
 from .models import Session, SessionEvent
+from .runner_presence import LIVE_FRAME
 from .sse import DONE, GroupFeed, frame
 from .stream_events import session_heartbeat_event, session_resync_event, stream_overflow_event
 
@@ -129,6 +130,8 @@ class SessionStream:
                 return True
             if kind == "stream.heartbeat" and len(batch) == 1:
                 chunks.append(frame(session_heartbeat_event(self.session_id)))
+            elif kind == LIVE_FRAME:  # a live-only frame (runner_presence): sent as it is
+                chunks.append(message["frame"].encode("utf-8"))
             elif kind == "session.events" and await self._render_events(message["events"], chunks):
                 return True
         return False

@@ -3,8 +3,8 @@
 Every ``data:`` payload the stream sends is a ``TypedDict`` here, built by the function
 next to it; nothing else writes an event dict. Stored events (``STORED_EVENTS``) go
 through ``eventlog.record_event``, which takes only these shapes; the stream itself
-adds ``session.heartbeat``, ``session.resync`` and ``stream.overflow``, which are never
-stored. ``EVENTS`` maps each ``type`` to its shape: the stream view's schema lists
+adds ``session.heartbeat``, ``session.resync`` and ``stream.overflow``, and the live
+``session.runner``, which are never stored. ``EVENTS`` maps each ``type`` to its shape: the stream view's schema lists
 them as components and the tests check each constructor against it.
 
 The events are **compat**: Omnigent's SDK drops a payload that lacks a field it
@@ -77,6 +77,29 @@ def stream_overflow_event(*, session_id: str, last_event_id: int) -> StreamOverf
 
 
 # --- session state ----------------------------------------------------------------------
+
+
+class SessionRunnerEvent(TypedDict):
+    """``session.runner``: the bound runner's tunnel connected or dropped, or a runner was
+    bound or unbound. Live only (no ``id:``, never stored): after a reconnect, read the
+    session (``runner_id``, ``runner_online``) for the state now."""
+
+    type: Literal["session.runner"]
+    session_id: str
+    runner_id: Annotated[str | None, Doc("the bound runner; null when none is")]
+    runner_name: Annotated[str | None, Doc("its name (its id when it has none); null: none")]
+    runner_online: Annotated[bool, Doc("whether its tunnel is live; false when none is bound")]
+
+
+def session_runner_event(session: Session) -> SessionRunnerEvent:
+    runner = session.runner
+    return {
+        "type": "session.runner",
+        "session_id": session.id,
+        "runner_id": session.runner_id,
+        "runner_name": (runner.name or runner.id) if runner is not None else None,
+        "runner_online": runner.online if runner is not None else False,
+    }
 
 
 class SessionStatusEvent(TypedDict):
@@ -347,6 +370,7 @@ STORED_EVENTS: dict[str, type] = {
 EVENTS: dict[str, type] = {
     "session.heartbeat": SessionHeartbeatEvent,
     **STORED_EVENTS,
+    "session.runner": SessionRunnerEvent,
     "session.resync": SessionResyncEvent,
     "stream.overflow": StreamOverflowEvent,
 }

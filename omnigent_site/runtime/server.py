@@ -52,6 +52,7 @@ from typing import Any
 
 from django.conf import settings
 
+from omnigent_site import metrics
 from omnigent_site.runtime import background, body_limit, shutdown
 from omnigent_site.runtime.event_loop import loop_name
 from omnigent_site.runtime.flow import WriteWatchMiddleware
@@ -77,11 +78,17 @@ def prepare_process() -> None:
     hide_health_checks_from_access_log()
     body_limit.install()
     raise_websocket_frame_limit(settings.OMNIGENT_MAX_FRAME_BYTES)
+    background.on_start(metrics.process_started)
+    background.on_stop(_metrics_process_stopping)
     reactor = installed_reactor()
     if reactor is None:
         return
     reactor.callWhenRunning(_reactor_started, reactor)
     reactor.addSystemEventTrigger("before", "shutdown", shutdown.begin)
+
+
+async def _metrics_process_stopping() -> None:
+    metrics.process_stopping()
 
 
 def installed_reactor() -> Any | None:
@@ -167,6 +174,32 @@ class HealthChecksAtDebug:
         self.inner(protocol, action, details)
 
 
+class _LogLines:
+    """A stream whose lines become INFO records of ``logger``."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.strip():
+                self.logger.info(line)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def access_log_to_logging(action_logger: Any) -> bool:
+    """With JSON logs, daphne's access log (written to stdout as plain lines) goes through
+    the logger ``daphne.access`` instead, so it is JSON like every other line. An access
+    log written to a file (daphne's ``--access-log FILE``) is left alone."""
+    if getattr(action_logger, "stream", None) is not sys.stdout:
+        return False
+    action_logger.stream = _LogLines(logging.getLogger("daphne.access"))
+    return True
+
+
 def hide_health_checks_from_access_log() -> bool:
     """Keep answered health checks out of daphne's access log, and note the running server.
 
@@ -194,6 +227,8 @@ def hide_health_checks_from_access_log() -> bool:
             RunningServer.server = server
             action_logger = getattr(server, "action_logger", None)
             if action_logger is not None and not isinstance(action_logger, HealthChecksAtDebug):
+                if settings.OMNIGENT_LOG_FORMAT == "json":
+                    access_log_to_logging(action_logger)
                 server.action_logger = HealthChecksAtDebug(action_logger)
 
     daphne_server.HTTPFactory = HealthQuietHTTPFactory

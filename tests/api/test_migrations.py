@@ -95,9 +95,60 @@ def test_turn_ids_per_session_keep_turns_items_and_approvals() -> None:
         turn.objects.create(session_id=other.pk, id="resp_a")
 
 
+SEARCH_BEFORE = [("agent_sessions", "0007_list_events")]
+SEARCH_AFTER = [("agent_sessions", "0008_full_text_search")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_search_index_takes_in_existing_items_and_titles() -> None:
+    from sessions import search
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(SEARCH_BEFORE)
+    old = executor.loader.project_state(SEARCH_BEFORE).apps
+    agent = old.get_model("agent_sessions", "Agent").objects.create(
+        kind="session", name="a", bundle_sha256="0" * 64, bundle_size=1
+    )
+    session = old.get_model("agent_sessions", "Session").objects.create(
+        agent=agent, title="Quarterly Report"
+    )
+    old.get_model("agent_sessions", "Item").objects.create(
+        session=session,
+        id="item_1",
+        type="message",
+        data={"role": "user", "content": [{"type": "input_text", "text": "Résumé of the outage"}]},
+    )
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(SEARCH_AFTER)
+    new = executor.loader.project_state(SEARCH_AFTER).apps
+    sessions = new.get_model("agent_sessions", "Session").objects.all()
+    for text in ("resume outa", "quarter"):
+        query = search.parse(text)
+        assert query is not None
+        assert list(search.filter_sessions(sessions, query).values_list("id", flat=True)) == [
+            session.pk
+        ]
+    query = search.parse("outage")
+    assert query is not None
+    assert search.first_hits(query, [session.pk])[session.pk].item_id == "item_1"
+    # Back down: the index goes; up again: it is rebuilt.
+    executor = MigrationExecutor(connection)
+    executor.migrate(SEARCH_BEFORE)
+    executor = MigrationExecutor(connection)
+    executor.migrate(SEARCH_AFTER)
+    assert list(search.filter_sessions(sessions, query).values_list("id", flat=True)) == [
+        session.pk
+    ]
+
+
 @pytest.fixture(autouse=True)
 def _back_to_the_latest_schema() -> Iterator[None]:
     """Later tests expect every migration applied, whatever this one left."""
     yield
     executor = MigrationExecutor(connection)
     executor.migrate(executor.loader.graph.leaf_nodes())
+    # As ``migrate`` does after it runs: a rebuilt table lost its search triggers.
+    from sessions import search_index
+
+    search_index.ensure_installed(connection.alias)

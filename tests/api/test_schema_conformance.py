@@ -42,6 +42,7 @@ from workspaces.services import apply_workspace_changes
 from .conformance_approvals import exercise_approvals
 from .conformance_files import exercise_fork, exercise_session_files
 from .conformance_schedules import exercise_schedules
+from .conformance_webhooks import exercise_webhooks
 from .conftest import ALICE, BOB, CAROL, upload
 from .workspace_conformance import exercise_workspace
 
@@ -530,6 +531,19 @@ def exercise_runners(alice: Caller, bob: Caller, anon: Caller) -> None:
     ]
 
 
+def exercise_audit(alice: Caller, anon: Caller) -> None:
+    """The audit log: a page, the JSON Lines stream, bad filters, no identity."""
+    page = alice("get", "/v1/audit", query="?limit=2")
+    assert page.status_code == 200 and page.json()["data"]
+    stream = alice("get", "/v1/audit", query="?format=jsonl")
+    assert stream.status_code == 200 and stream.streaming
+    statuses = [
+        alice("get", "/v1/audit", query="?since=yesterday"),
+        anon("get", "/v1/audit"),
+    ]
+    assert [r.status_code for r in statuses] == [400, 401]
+
+
 def exercise_large_bodies(alice: Caller, template: str, session_id: str) -> None:
     """A JSON body beyond ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is a 413 in the error format."""
     padding = "x" * 4096
@@ -686,6 +700,8 @@ def test_every_response_matches_its_documented_schema(
     exercise_workspace(alice, bob, anon, template)
     exercise_runners(alice, bob, anon)
     exercise_schedules(carol, alice, anon, template)
+    exercise_webhooks(alice, bob, anon)
+    exercise_audit(alice, anon)
     exercise_large_bodies(alice, template, session_id)
     exercise_hostile_input(alice, template, session_id)
     exercise_session_files(alice, bob, anon, session_id)

@@ -35,6 +35,7 @@ SESSION_KEYS = {
     "title",
     "labels",
     "runner_id",
+    "runner_name",
     "runner_online",
     "last_task_error",
     "active_response_id",

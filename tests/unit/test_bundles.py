@@ -428,11 +428,12 @@ def test_max_iterations_capped() -> None:
 
 def test_unknown_keys_kept_and_warned(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="omnigent_runner.bundles"):
-        spec = spec_of(MINIMAL + "tools: [web]\nmemory: {kind: long}\n")
-    assert spec.unknown_keys == ("tools", "memory")
-    assert spec.raw["tools"] == ["web"]
+        spec = spec_of(MINIMAL + "tools: [web]\nskills: [web]\nmemory: {kind: long}\n")
+    # ``tools`` is read for its MCP declarations (mcp.md); any other shape is kept.
+    assert spec.unknown_keys == ("skills", "memory")
+    assert spec.raw["tools"] == ["web"] and spec.mcp_servers == ()
     warnings = [r for r in caplog.records if r.name == "omnigent_runner.bundles"]
-    assert len(warnings) == 1 and "tools, memory" in warnings[0].getMessage()
+    assert len(warnings) == 1 and "skills, memory" in warnings[0].getMessage()
 
 
 def test_environment_variables_not_expanded(monkeypatch: pytest.MonkeyPatch) -> None:

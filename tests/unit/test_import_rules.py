@@ -29,6 +29,9 @@ PRODUCTION_APPS = (
     "sessions",
     "runners",
     "workspaces",
+    "webhooks",
+    "webhook_outbox",
+    "audit",
     "web",
     "schedules",
 )
@@ -116,6 +119,9 @@ def _fake_project(root: Path, modules: dict[str, str]) -> None:
         ("workspaces.selectors", "from runners import dispatch\n", "apps-in-one-direction"),
         ("omnigent_site.urls", "import sessions.selectors\n", "apps-in-one-direction"),
         ("runners.services", "import api.views\n", "apps-in-one-direction"),
+        ("webhook_outbox.events", "import sessions.models\n", "apps-in-one-direction"),
+        ("runners.runner_events", "import webhooks.delivery\n", "apps-in-one-direction"),
+        ("audit.services", "import sessions.models\n", "apps-in-one-direction"),
         ("api.views", "import web.views\n", "apps-in-one-direction"),
         ("web.views", "from api import views\n", "apps-in-one-direction"),
         ("runners.services", "import schedules.services\n", "apps-in-one-direction"),
@@ -124,6 +130,7 @@ def _fake_project(root: Path, modules: dict[str, str]) -> None:
         ("omnigent_runner.agent", "import sessions.models\n", "runner-without-django"),
         ("api.views", "import testing.mockllm\n", "no-test-doubles-in-production"),
         ("sessions.services", "import rest_framework\n", "domain-layer-without-drf"),
+        ("audit.selectors", "import rest_framework\n", "domain-layer-without-drf"),
     ],
 )
 def test_the_contracts_catch_a_forbidden_import(

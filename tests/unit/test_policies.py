@@ -191,7 +191,10 @@ def test_shorthand_false_adds_nothing() -> None:
         ),
         (
             {"polices": []},
-            {"guardrails.polices": "unknown key (expected ask_on_os_tools, ask_timeout, policies)"},
+            {
+                "guardrails.polices": "unknown key (expected ask_on_os_tools, ask_on_mcp_tools, "
+                "ask_timeout, policies)"
+            },
         ),
         ({"policies": {}}, {"guardrails.policies": "must be a list of rules, not an object"}),
         (

@@ -169,10 +169,12 @@ def test_guard_each_inline_class_has_exactly_the_audited_hooks() -> None:
     for cls, expected in INLINE_CLASSES.items():
         assert tuple(hook for hook in hooks if hasattr(cls, hook)) == expected, cls
     # settings.MIDDLEWARE names Django's classes (for its system checks); each of them
-    # has its inline equivalent, in order. ErrorFormatMiddleware (omnigent_site/errors.py)
+    # has its inline equivalent, in order. RequestObservationMiddleware
+    # (omnigent_site/observability.py), ErrorFormatMiddleware (omnigent_site/errors.py)
     # and Utf8UrlMiddleware (omnigent_site/utf8_urls.py) are the project's own.
     stock = [path for path in settings.MIDDLEWARE if path.startswith("django.")]
     assert [path for path in settings.MIDDLEWARE if path not in stock] == [
+        "omnigent_site.observability.RequestObservationMiddleware",
         "omnigent_site.errors.ErrorFormatMiddleware",
         "omnigent_site.utf8_urls.Utf8UrlMiddleware",
     ]

@@ -21,12 +21,14 @@ export async function api(method, path, body, { form } = {}) {
     headers["Content-Type"] = "application/json";
     payload = JSON.stringify(body);
   }
-  const response = await fetch(path, {
-    method,
-    headers,
-    body: payload,
-    credentials: "same-origin",
-  });
+  let response;
+  try {
+    response = await fetch(path, { method, headers, body: payload, credentials: "same-origin" });
+  } catch {
+    // The browser's own words ("Failed to fetch") say nothing; the code lets the page
+    // clear this error once the server answers again.
+    throw new ApiError(0, "network", "Cannot reach the server. Check your connection and try again.");
+  }
   if (response.status === 204) return null;
   let data = null;
   try {

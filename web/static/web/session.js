@@ -13,7 +13,7 @@ import { ChangesPanel } from "./changes.js";
 import { ShareDialog } from "./share.js";
 import { EventStream } from "./sse.js";
 import { Transcript, flatten } from "./transcript.js";
-import { showError } from "./util.js";
+import { isTransient, showError } from "./util.js";
 import { WorkspacePanel } from "./workspace.js";
 
 const boot = bootData();
@@ -106,6 +106,9 @@ function drawStatus() {
   const status = $("status");
   status.textContent = session.status;
   status.dataset.status = session.status;
+  // Out of touch with the server, the status is only the last one known.
+  status.dataset.stale = connected ? "" : "1";
+  status.title = connected ? "" : "last known status: the page is reconnecting";
   const busy = session.status === "running" || session.status === "waiting";
   $("stop").hidden = !busy || session.permission_level < 2;
   $("transcript").setAttribute("aria-busy", busy ? "true" : "false");
@@ -113,10 +116,19 @@ function drawStatus() {
 
 async function drawRunner() {
   const dot = $("runner-dot");
-  dot.dataset.online = session.runner_id ? (session.runner_online ? "yes" : "no") : "none";
-  $("runner-label").textContent = session.runner_id
-    ? `runner ${session.runner_online ? "online" : "offline"}`
-    : "no runner";
+  const name = session.runner_name || "runner";
+  if (!session.runner_id) {
+    dot.dataset.online = "none";
+    $("runner-label").textContent = "no runner";
+  } else if (!connected) {
+    // Nothing is known while the page cannot hear the server: no stale green.
+    dot.dataset.online = "unknown";
+    $("runner-label").textContent = `${name}: unknown while reconnecting`;
+  } else {
+    dot.dataset.online = session.runner_online ? "yes" : "no";
+    $("runner-label").textContent = `${name} ${session.runner_online ? "online" : "offline"}`;
+  }
+  $("runner-label").title = session.runner_id ? `runner id ${session.runner_id}` : "";
   const select = $("runner-select");
   if (session.permission_level < 4) return;
   const runners = await get("/v1/runners").catch(() => ({ data: [] }));
@@ -167,6 +179,9 @@ function apply(event) {
       changes.reload().catch(() => {});
       workspace.refresh();
       break;
+    case "session.runner":
+      runnerChanged(event);
+      break;
     case "session.resync":
       held = [];
       loadSnapshot();
@@ -176,19 +191,72 @@ function apply(event) {
   }
 }
 
+// The bound runner went on- or offline, or another tab bound one (`session.runner`, live
+// only): the header says so, and what its absence caused is cleared once it is back.
+function runnerChanged(event) {
+  const before = session.runner_id;
+  session.runner_id = event.runner_id;
+  session.runner_name = event.runner_name;
+  session.runner_online = event.runner_online;
+  drawRunner();
+  if (before !== session.runner_id && !$("panel-workspace").hidden) {
+    workspace.setBound(Boolean(session.runner_id)).catch(() => {});
+  }
+  if (session.runner_id && session.runner_online) causeGone();
+}
+
+function causeGone() {
+  if (isTransient(errorNode)) showError(errorNode, null);
+  workspace.retry();
+}
+
+// Back in touch after a drop: what may have changed unheard (the runner's state is not
+// replayed) is read again, without the transcript, and errors the outage caused go.
+async function caughtUp({ reread = true } = {}) {
+  if (reread) {
+    const fresh = await get(`${base}?include_items=false`);
+    const { items: _items, pending_elicitations: _pending, ...row } = fresh;
+    session = { ...session, ...row };
+    drawHeader();
+    changes.reload().catch(() => {});
+  }
+  if (errorNode.dataset.code === "network") showError(errorNode, null);
+  if (!session.runner_id || session.runner_online) causeGone();
+}
+
+function drawConnection(state) {
+  const node = $("connection");
+  node.dataset.state = state;
+  node.textContent = state === "live" ? "live" : state === "gone" ? "closed" : "reconnecting…";
+  node.title = state === "live" ? "following the session as it happens" : "";
+}
+
 let everLive = false;
+let connected = false;
 const stream = new EventStream(`${base}/stream`, {
   onEvent: apply,
   onState(state, error) {
     $("session").dataset.stream = state;
+    const wasConnected = connected;
+    connected = state === "live";
+    drawConnection(state);
+    if (session && wasConnected !== connected) {
+      drawStatus();
+      drawRunner();
+    }
     if (state === "gone") {
       showError(errorNode, new Error(error?.status === 404 ? "This session does not exist, or you have no access to it." : "You no longer have access to this session."));
       $("composer").hidden = true;
     } else if (state === "live") {
       if (!everLive || stream.lastId === null) {
+        const again = everLive;
         everLive = true;
         if (!held) held = [];
-        loadSnapshot().catch((failure) => showError(errorNode, failure));
+        loadSnapshot()
+          .then(() => again && caughtUp({ reread: false }))
+          .catch((failure) => showError(errorNode, failure));
+      } else if (session) {
+        caughtUp().catch(() => {});
       }
     }
   },

@@ -40,11 +40,22 @@ export function showError(node, error) {
     node.hidden = true;
     node.textContent = "";
     delete node.dataset.code;
+    delete node.dataset.status;
     return;
   }
   node.textContent = error.message ?? String(error);
   node.dataset.code = error.code ?? "";
+  node.dataset.status = String(error.status ?? "");
   node.hidden = false;
+}
+
+// An error the runner's absence caused (a 503 or 504 from the API, a tunnel error, the
+// server out of reach): cleared once the cause is gone.
+export function isTransient(node) {
+  if (node.hidden) return false;
+  const code = node.dataset.code ?? "";
+  const status = Number(node.dataset.status || 0);
+  return code === "network" || code.startsWith("runner") || code.startsWith("tunnel") || status === 503 || status === 504;
 }
 
 export const STATUS_LABELS = {

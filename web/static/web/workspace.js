@@ -66,15 +66,24 @@ export class WorkspacePanel {
     node.hidden = !error;
   }
 
+  // The tree could not be read (runner offline, server away): read it again once the
+  // cause is gone (the session page calls this when the runner or the server is back).
+  retry() {
+    if (this.$("panel-workspace").hidden || !this.bound || !this.failed) return;
+    this.expand("", this.$("ws-tree"));
+  }
+
   async expand(path, container) {
     this.note(null);
     let listing;
     try {
       listing = await get(`${this.base}/filesystem${path ? "/" + encodePath(path) : ""}`);
     } catch (error) {
+      if (!path) this.failed = true;
       this.note(error);
       return;
     }
+    if (!path) this.failed = false;
     if (!listing.data.length) {
       container.replaceChildren(el("li", { class: "muted", text: "Empty folder." }));
       return;
