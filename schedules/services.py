@@ -249,22 +249,27 @@ def claim_due(*, now: datetime, grace_s: float, process_id: str, limit: int = 10
     task's previous run is still running; ``next_run_at`` moves to the first
     occurrence after ``now``.
     """
-    due = list(
-        ScheduledTask.objects.filter(enabled=True, next_run_at__lte=now)
-        .order_by("next_run_at")
-        .values_list("id", flat=True)[:limit]
-    )
     claimed = []
-    for task_id in due:
-        run_id = _claim_one(
-            task_id=task_id, now=now, grace=timedelta(seconds=grace_s), process_id=process_id
-        )
+    for task_id in due_task_ids(now=now, limit=limit):
+        run_id = claim_task(task_id=task_id, now=now, grace_s=grace_s, process_id=process_id)
         if run_id is not None:
             claimed.append(run_id)
     return claimed
 
 
-def _claim_one(*, task_id: str, now: datetime, grace: timedelta, process_id: str) -> str | None:
+def due_task_ids(*, now: datetime, limit: int = 100) -> list[str]:
+    """The tasks due at ``now``, earliest first (no lock: :func:`claim_task` decides)."""
+    return list(
+        ScheduledTask.objects.filter(enabled=True, next_run_at__lte=now)
+        .order_by("next_run_at")
+        .values_list("id", flat=True)[:limit]
+    )
+
+
+def claim_task(*, task_id: str, now: datetime, grace_s: float, process_id: str) -> str | None:
+    """Claim the task's due occurrence (:func:`claim_due`); the run id to fire, or None
+    (claimed by another process, or recorded ``skipped``)."""
+    grace = timedelta(seconds=grace_s)
     with transaction.atomic():
         found = ScheduledTask.objects.filter(pk=task_id, enabled=True, next_run_at__lte=now)
         if connection.features.has_select_for_update_skip_locked:

@@ -27,18 +27,26 @@ _fires: set[asyncio.Task[None]] = set()
 
 
 async def fire_due() -> list[str]:
-    """One pass: settle finished runs, claim what is due, start firing it."""
+    """One pass: settle finished runs, then claim each due task and start its fire at
+    once (a fire does not wait for the claims of the other tasks due with it)."""
     now = clock.now()
     # Settled first, so a run whose turn just ended does not skip the next occurrence.
     await database_sync_to_async(services.settle_runs)(now=now)
-    run_ids = await database_sync_to_async(services.claim_due)(
-        now=now, grace_s=settings.OMNIGENT_SCHEDULE_GRACE_S, process_id=liveness.PROCESS_ID
-    )
-    for run_id in run_ids:
+    claimed = []
+    for task_id in await database_sync_to_async(services.due_task_ids)(now=now):
+        run_id = await database_sync_to_async(services.claim_task)(
+            task_id=task_id,
+            now=now,
+            grace_s=settings.OMNIGENT_SCHEDULE_GRACE_S,
+            process_id=liveness.PROCESS_ID,
+        )
+        if run_id is None:
+            continue
+        claimed.append(run_id)
         task = asyncio.get_running_loop().create_task(firing.fire(run_id), name=f"fire {run_id}")
         _fires.add(task)
         task.add_done_callback(_fires.discard)
-    return run_ids
+    return claimed
 
 
 async def fire_due_forever() -> None:
