@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -24,6 +25,22 @@ from . import clock, firing, services
 log = logging.getLogger(__name__)
 
 _fires: set[asyncio.Task[None]] = set()
+# Fires in flight at once in one process: a burst of occurrences due together (a
+# hundred tasks at 02:00) reaches the runners a few at a time instead of all at once,
+# where each would wait on the same runner and the same rows.
+FIRE_CONCURRENCY = 8
+_gates: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def _fire(run_id: str) -> None:
+    loop = asyncio.get_running_loop()
+    gate = _gates.get(loop)
+    if gate is None:
+        gate = _gates[loop] = asyncio.Semaphore(FIRE_CONCURRENCY)
+    async with gate:
+        await firing.fire(run_id)
 
 
 async def fire_due() -> list[str]:
@@ -43,7 +60,7 @@ async def fire_due() -> list[str]:
         if run_id is None:
             continue
         claimed.append(run_id)
-        task = asyncio.get_running_loop().create_task(firing.fire(run_id), name=f"fire {run_id}")
+        task = asyncio.get_running_loop().create_task(_fire(run_id), name=f"fire {run_id}")
         _fires.add(task)
         task.add_done_callback(_fires.discard)
     return claimed
