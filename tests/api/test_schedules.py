@@ -400,3 +400,9 @@ def test_two_claimers_of_one_occurrence_fire_it_once(
     assert len(first) == 1 and second == []
     assert ScheduledRun.objects.filter(task=task, scheduled_for=due).count() == 1
     assert ScheduledTask.objects.get().next_run_at == due + timedelta(days=1)
+
+
+def test_every_server_process_runs_the_firing_loop() -> None:
+    from omnigent_site.runtime import background
+
+    assert "schedules.upkeep.fire_due_forever" in background.registered()
