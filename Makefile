@@ -74,6 +74,7 @@ bench: bootstrap-dev
 	$(BIN)/python -m bench.workspace
 	$(BIN)/python -m bench.retention
 	$(BIN)/python -m bench.retention --database postgres
+	$(BIN)/python -m bench.schedules
 
 # The runner against llama-cpp-python's real server (outside CI; docs/testing.md). The
 # first run compiles llama.cpp into var/llm-compat/venv. ARGS: e.g. --runner-from main.

@@ -133,13 +133,15 @@ def main() -> int:
         runs = {task_id: runs_of(task_id) for task_id in ids}
         counts = Counter(len(found) for found in runs.values())
         statuses = Counter(found[0]["status"] for found in runs.values() if found)
+        # From the occurrence to the fire's start (its message stored), or, for a skipped
+        # run (``--no-runner``), to the moment its skip was recorded.
         lateness = [
             (
-                datetime.fromisoformat(found[0]["started_at"])
+                datetime.fromisoformat(found[0]["started_at"] or found[0]["finished_at"])
                 - datetime.fromisoformat(found[0]["scheduled_for"])
             ).total_seconds()
             for found in runs.values()
-            if found and found[0]["started_at"]
+            if found and (found[0]["started_at"] or found[0]["finished_at"])
         ]
         with psycopg.connect(env["DATABASE_URL"]) as conn:
             claimed = Counter(

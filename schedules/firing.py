@@ -20,13 +20,14 @@ log = logging.getLogger(__name__)
 ToThread = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-async def fire(run_id: str, *, to_thread: ToThread = database_sync_to_async) -> None:
+async def fire(run_id: str, *, to_thread: ToThread | None = None) -> None:
     """Start the run ``run_id`` (claimed, ``running``); never raises.
 
     ``to_thread`` runs the database work: Channels' ``database_sync_to_async`` in the
     firing loop (connections closed when old, as in a consumer), asgiref's
     ``sync_to_async`` in a request, whose handler looks after its connection.
     """
+    to_thread = to_thread or database_sync_to_async
     try:
         plan = await to_thread(services.prepare_fire)(run_id=run_id, now=clock.now())
         if plan is None:

@@ -35,6 +35,7 @@ from runners.models import Runner
 from sessions import selectors as session_selectors
 from sessions import services as session_services
 from sessions.models import Permission, Session, Turn
+from webhook_outbox.events import enqueue_webhook_event
 
 from . import rules
 from .models import ScheduledRun, ScheduledTask
@@ -50,6 +51,47 @@ PREVIEW_COUNT = 5
 STALLED_AFTER = timedelta(minutes=2)
 MISSED = "missed: the server was not running at the scheduled time"
 STILL_RUNNING = "the previous run is still running"
+
+
+# --- webhook events (automation.md: schedule.run_started, schedule.run_finished) ----------
+
+
+def _announce(run: ScheduledRun, *, owner_id: int) -> None:
+    """The run's webhook event, in the transaction that writes its state: started while
+    ``running``, finished otherwise. The task's owner's webhooks receive it."""
+    kind = (
+        "schedule.run_started"
+        if run.status == ScheduledRun.Status.RUNNING
+        else ("schedule.run_finished")
+    )
+    enqueue_webhook_event(
+        type=kind,
+        owner_id=owner_id,
+        data={
+            "session_id": run.session_id or None,
+            "run": {
+                "id": run.id,
+                "task_id": run.task_id,
+                "session_id": run.session_id or None,
+                "response_id": run.response_id or None,
+                "status": run.status,
+                "scheduled_for": run.scheduled_for.isoformat(),
+                "error": run.error or None,
+            },
+        },
+    )
+
+
+def _finish(run_id: str, *, status: str, error: str, finished: datetime) -> int:
+    """A ``running`` run ends (once), with its webhook event."""
+    with transaction.atomic():
+        changed = ScheduledRun.objects.filter(pk=run_id, status=ScheduledRun.Status.RUNNING).update(
+            status=status, error=error[:2000], finished_at=finished
+        )
+        if changed:
+            run = ScheduledRun.objects.select_related("task").get(pk=run_id)
+            _announce(run, owner_id=run.task.owner_id)
+    return changed
 
 
 # --- validation -------------------------------------------------------------------------
@@ -249,22 +291,27 @@ def claim_due(*, now: datetime, grace_s: float, process_id: str, limit: int = 10
     task's previous run is still running; ``next_run_at`` moves to the first
     occurrence after ``now``.
     """
-    due = list(
-        ScheduledTask.objects.filter(enabled=True, next_run_at__lte=now)
-        .order_by("next_run_at")
-        .values_list("id", flat=True)[:limit]
-    )
     claimed = []
-    for task_id in due:
-        run_id = _claim_one(
-            task_id=task_id, now=now, grace=timedelta(seconds=grace_s), process_id=process_id
-        )
+    for task_id in due_task_ids(now=now, limit=limit):
+        run_id = claim_task(task_id=task_id, now=now, grace_s=grace_s, process_id=process_id)
         if run_id is not None:
             claimed.append(run_id)
     return claimed
 
 
-def _claim_one(*, task_id: str, now: datetime, grace: timedelta, process_id: str) -> str | None:
+def due_task_ids(*, now: datetime, limit: int = 100) -> list[str]:
+    """The tasks due at ``now``, earliest first (no lock: :func:`claim_task` decides)."""
+    return list(
+        ScheduledTask.objects.filter(enabled=True, next_run_at__lte=now)
+        .order_by("next_run_at")
+        .values_list("id", flat=True)[:limit]
+    )
+
+
+def claim_task(*, task_id: str, now: datetime, grace_s: float, process_id: str) -> str | None:
+    """Claim the task's due occurrence (:func:`claim_due`); the run id to fire, or None
+    (claimed by another process, or recorded ``skipped``)."""
+    grace = timedelta(seconds=grace_s)
     with transaction.atomic():
         found = ScheduledTask.objects.filter(pk=task_id, enabled=True, next_run_at__lte=now)
         if connection.features.has_select_for_update_skip_locked:
@@ -297,6 +344,8 @@ def _claim_one(*, task_id: str, now: datetime, grace: timedelta, process_id: str
                 run.save(force_insert=True)
         except IntegrityError:
             inserted = False  # this occurrence already has its run
+        if inserted and status == ScheduledRun.Status.SKIPPED:
+            _announce(run, owner_id=task.owner_id)
         rule = rule.rebased(occurrence)
         task.anchor_local = rules.local_text(rule.anchor)
         task.next_run_at = rule.next_after(max(now, occurrence))
@@ -337,7 +386,9 @@ def _skip(run: ScheduledRun, reason: str, *, now: datetime) -> None:
     run.status = ScheduledRun.Status.SKIPPED
     run.error = reason
     run.finished_at = now
-    run.save(update_fields=["status", "error", "finished_at", "session_id"])
+    with transaction.atomic():
+        run.save(update_fields=["status", "error", "finished_at", "session_id"])
+        _announce(run, owner_id=run.task.owner_id)
 
 
 def _runner_for(task: ScheduledTask) -> Runner | str:
@@ -419,14 +470,14 @@ def prepare_fire(*, run_id: str, now: datetime) -> Fire | None:
     run.session_id = session.id
     run.response_id = accepted.response.id
     run.started_at = now
-    run.save(update_fields=["session_id", "response_id", "started_at"])
+    with transaction.atomic():
+        run.save(update_fields=["session_id", "response_id", "started_at"])
+        _announce(run, owner_id=task.owner_id)
     return Fire(run_id=run.id, session=session, accepted=accepted)
 
 
 def fail_run(*, run_id: str, error: str, now: datetime) -> None:
-    ScheduledRun.objects.filter(pk=run_id, status=ScheduledRun.Status.RUNNING).update(
-        status=ScheduledRun.Status.FAILED, error=error[:2000], finished_at=now
-    )
+    _finish(run_id, status=ScheduledRun.Status.FAILED, error=error, finished=now)
 
 
 def settle_runs(*, now: datetime) -> int:
@@ -451,9 +502,7 @@ def settle_runs(*, now: datetime) -> int:
             status = ScheduledRun.Status.FAILED
             error = "the run did not start: its server process stopped while firing it"
         if status is not None:
-            settled += ScheduledRun.objects.filter(
-                pk=run.pk, status=ScheduledRun.Status.RUNNING
-            ).update(status=status, error=error or "", finished_at=finished)
+            settled += _finish(run.pk, status=status, error=error or "", finished=finished)
     return settled
 
 

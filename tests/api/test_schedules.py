@@ -23,6 +23,7 @@ from runners.models import Runner
 from schedules import clock, services, upkeep
 from schedules.models import ScheduledRun, ScheduledTask
 from sessions.models import Item, Session, Turn
+from webhook_outbox.models import WebhookEvent
 
 from .conftest import ALICE, BOB, assert_error, upload
 
@@ -283,6 +284,14 @@ def test_a_due_occurrence_fires_once_into_a_new_session(
     settled = alice.get(f"{TASKS}/{task['id']}/runs").json()["runs"][0]
     assert settled["status"] == "completed" and settled["finished_at"]
     assert alice.get(f"{TASKS}/{task['id']}").json()["next_run_at"] == "2030-01-09T02:00:00+01:00"
+    # Each change of the run is a webhook event for the owner, written with it.
+    events = list(WebhookEvent.objects.filter(type__startswith="schedule.").order_by("created_at"))
+    assert [(e.type, e.data["run"]["status"]) for e in events] == [
+        ("schedule.run_started", "running"),
+        ("schedule.run_finished", "completed"),
+    ]
+    assert events[0].owner_id == get_or_create_user(ALICE).pk
+    assert events[0].data["session_id"] == run["session_id"]
 
 
 def test_missed_occurrences_fire_once_within_grace_else_are_skipped_missed(
@@ -391,3 +400,9 @@ def test_two_claimers_of_one_occurrence_fire_it_once(
     assert len(first) == 1 and second == []
     assert ScheduledRun.objects.filter(task=task, scheduled_for=due).count() == 1
     assert ScheduledTask.objects.get().next_run_at == due + timedelta(days=1)
+
+
+def test_every_server_process_runs_the_firing_loop() -> None:
+    from omnigent_site.runtime import background
+
+    assert "schedules.upkeep.fire_due_forever" in background.registered()
