@@ -272,7 +272,15 @@ async def test_message_opens_the_session_then_starts_the_turn(
     assert opened["session_id"] == session.id
     await stub.ack(opened)
     turn = await stub.expect("turn.start")
-    assert set(turn) == {"type", "id", "session_id", "response_id", "input", "tools"}, turn
+    assert set(turn) == {
+        "type",
+        "id",
+        "session_id",
+        "response_id",
+        "input",
+        "tools",
+        "request_id",
+    }, turn
     assert turn["session_id"] == session.id
     assert turn["tools"] == [TOOL]
     [user_item] = turn["input"]

@@ -86,7 +86,8 @@ def test_debug_off_gives_secure_defaults(tmp_path: Path) -> None:
     values = effective(tmp_path)
     assert {name: values[name] for name in SECURE} == SECURE
     assert values["SECURE_PROXY_SSL_HEADER"] is None  # opt-in: only a proxy can vouch for it
-    assert values["SECURE_REDIRECT_EXEMPT"] == ["^health$"]  # load balancers probe over HTTP
+    # Load balancers probe and Prometheus scrapes over HTTP inside the deployment.
+    assert values["SECURE_REDIRECT_EXEMPT"] == ["^health$", "^metrics$"]
 
 
 def test_each_secure_default_can_be_turned_off(tmp_path: Path) -> None:
