@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from types import SimpleNamespace
 
 from asgiref.sync import sync_to_async
 from django.db.models import QuerySet
@@ -13,8 +13,8 @@ from django.http import HttpResponseBase, StreamingHttpResponse
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import renderers
 from rest_framework.exceptions import ValidationError
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -35,17 +35,19 @@ JSONL = "application/jsonl"
 STREAM_BATCH = 500
 
 
-class JSONLinesRenderer(renderers.BaseRenderer):
-    """``?format=jsonl``: the view streams the records itself; an error is one JSON line."""
+class OwnFormatParameter(DefaultContentNegotiation):
+    """``?format=`` is this view's own parameter (validated, 400 when unknown), not DRF's
+    renderer override, which would answer an unknown value with 404 and render errors
+    of a ``jsonl`` request as JSON Lines; responses other than the stream are JSON."""
 
-    media_type = JSONL
-    format = "jsonl"
-    charset = "utf-8"
+    settings = SimpleNamespace(URL_FORMAT_OVERRIDE=None)
 
-    def render(
-        self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None
-    ) -> bytes:
-        return json_bytes(data) if data is not None else b""
+
+def _output_format(query: Mapping[str, str]) -> str:
+    value = query.get("format") or "json"
+    if value not in ("json", "jsonl"):
+        raise ValidationError({"format": [f"must be 'json' or 'jsonl', not {value!r}"]})
+    return value
 
 
 def _instant(query: Mapping[str, str], name: str) -> datetime | None:
@@ -99,7 +101,8 @@ async def _jsonl(
 
 class AuditListView(APIView):
     permission_classes = [IsAuthenticated]
-    renderer_classes = [JSONRenderer, JSONLinesRenderer]
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = OwnFormatParameter
 
     @extend_schema(
         operation_id="audit_list",
@@ -126,6 +129,7 @@ class AuditListView(APIView):
     )
     def get(self, request: Request) -> HttpResponseBase:
         query = request.query_params
+        output = _output_format(query)
         params = parse_list_params(query)
         params = ListParams(
             limit=params.limit,
@@ -148,7 +152,7 @@ class AuditListView(APIView):
             managed_session_ids=None if admin else managed_session_ids(user=user),
             filters=filters,
         )
-        if request.accepted_renderer.format == "jsonl":
+        if output == "jsonl":
             if params.before is not None:
                 raise ValidationError({"before": ["the JSON Lines stream takes 'after' only"]})
             past = int(params.after) if params.after is not None else None

@@ -311,6 +311,12 @@ def test_cursors_filters_and_the_jsonl_stream(client_for: Any) -> None:
     assert [json.loads(line)["target_id"] for line in lines] == ["0", "1", "2", "3", "4"]
     assert alice.get("/v1/audit").status_code == 200
     assert_error(client_for(None).get("/v1/audit"), 401, "unauthorized")
+    # `format` is the endpoint's own parameter: an unknown value and a bad filter of a
+    # stream request are 400s in the JSON error format.
+    assert_error(alice.get("/v1/audit", {"format": "AAA"}), 400, "invalid_input")
+    bad_stream = alice.get("/v1/audit", {"format": "jsonl", "since": "NUL"})
+    assert_error(bad_stream, 400, "invalid_input")
+    assert bad_stream["Content-Type"].startswith("application/json")
 
 
 def test_the_admin_shows_records_read_only(client_for: Any) -> None:
