@@ -13,6 +13,8 @@ PORT ?= 8000
 WORKSPACE ?= ./workspace
 LLM ?= env
 MOCK_PORT ?= 8765
+# `make test TEST_WORKERS=1` runs the suite in one process (pytest-xdist otherwise).
+TEST_WORKERS ?= 2
 
 .PHONY: run test test-postgres demo bench lint bootstrap bootstrap-dev runner-wheel llm-compat
 
@@ -37,14 +39,14 @@ run: bootstrap
 	$(BIN)/python manage.py runlocal --host $(HOST) --port $(PORT) --workspace "$(WORKSPACE)" --llm $(LLM) --mock-port $(MOCK_PORT)
 
 test: bootstrap-dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 ifeq ($(CI),true)
 	$(MAKE) test-postgres
 endif
 
 # The API suite once more on PostgreSQL (CI does this after the main run).
 test-postgres: bootstrap-dev
-	DATABASE_URL=$(PG_TEST_URL) $(BIN)/python -m pytest tests/api -p no:cacheprovider
+	DATABASE_URL=$(PG_TEST_URL) $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests/api -p no:cacheprovider
 
 # `make demo KEEP=1` keeps its temporary folder (workspace, database, logs).
 demo: bootstrap
