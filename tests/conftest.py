@@ -18,6 +18,19 @@ from testing.mockllm import MockLLMServer
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Captured output with a lone surrogate (the hostile-input tests log such text) is
+    escaped in the report: pytest-xdist sends reports to its controller as strict UTF-8,
+    and one unencodable character would crash the worker and end the run."""
+    report = yield
+    report.sections = [
+        (title, text.encode("utf-8", "backslashreplace").decode("utf-8"))
+        for title, text in report.sections
+    ]
+    return report
+
+
 def service_reachable(host: str, port: int) -> bool:
     try:
         with socket.create_connection((host, port), timeout=1.0):
