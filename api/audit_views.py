@@ -40,7 +40,7 @@ class OwnFormatParameter(DefaultContentNegotiation):
     renderer override, which would answer an unknown value with 404 and render errors
     of a ``jsonl`` request as JSON Lines; responses other than the stream are JSON."""
 
-    settings = SimpleNamespace(URL_FORMAT_OVERRIDE=None)
+    settings = SimpleNamespace(URL_FORMAT_OVERRIDE=None)  # type: ignore[assignment]
 
 
 def _output_format(query: Mapping[str, str]) -> str:
