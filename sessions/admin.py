@@ -8,6 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin
+from django.db import transaction
 from django.db.models import QuerySet
 from django.forms import ModelForm
 from django.http import HttpRequest
@@ -116,6 +117,22 @@ class SessionAdmin(admin.ModelAdmin):
     ]
     raw_id_fields = ["agent", "runner", "created_by"]
     inlines = [PermissionInline, TurnInline]
+
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any, change: bool) -> None:
+        """The grants inline saves through the services, so each change is audited."""
+        if formset.model is not Permission:
+            super().save_formset(request, form, formset, change)
+            return
+        actor = cast("AuthUser", request.user)
+        grants = formset.save(commit=False)
+        with transaction.atomic():
+            services.delete_permissions_from_admin(
+                grants=list(formset.deleted_objects), actor=actor
+            )
+            for grant in grants:
+                before = Permission.objects.filter(pk=grant.pk).first() if grant.pk else None
+                services.save_permission_from_admin(permission=grant, actor=actor, before=before)
+        formset.save_m2m()
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         # Through the service: watchers are told, files collected, the act audited.
@@ -276,6 +293,21 @@ class PermissionAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Permission]:
         return super().get_queryset(request).order_by("session_id", "-level")
+
+    # Grants changed here are audited and announced as the API's are (lifecycle.md).
+    def save_model(self, request: HttpRequest, obj: Any, form: ModelForm, change: bool) -> None:
+        before = Permission.objects.filter(pk=obj.pk).first() if change else None
+        services.save_permission_from_admin(
+            permission=obj, actor=cast("AuthUser", request.user), before=before
+        )
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        services.delete_permissions_from_admin(grants=[obj], actor=cast("AuthUser", request.user))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        services.delete_permissions_from_admin(
+            grants=list(queryset.select_related("user")), actor=cast("AuthUser", request.user)
+        )
 
 
 @admin.register(PolicyChange)

@@ -313,6 +313,57 @@ def grant_permission(*, session: Session, actor: AuthUser, user_id: str, level: 
     return grant
 
 
+def save_permission_from_admin(
+    *, permission: Permission, actor: AuthUser, before: Permission | None
+) -> None:
+    """Save a grant edited in the admin with its audit record, as the API's grants are.
+
+    ``before``: the row as stored before the edit (None when the admin adds one). A
+    grant moved to another user or session is the old one's revocation and a new grant.
+    """
+    moved = before is not None and (before.session_id, before.user_id) != (
+        permission.session_id,
+        permission.user_id,
+    )
+    with transaction.atomic():
+        permission.save()
+        if before is not None and moved:
+            _audit_admin_revoke(grant=before, actor=actor)
+        previous = before.level if before is not None and not moved else None
+        audit.record(
+            actor=actor,
+            action=audit_actions.PERMISSION_GRANT,
+            target_type="user",
+            target_id=permission.user.get_username(),
+            session_id=permission.session_id,
+            details={"level": permission.level, "previous_level": previous, "via": "admin"},
+        )
+        kind = updates.UPDATED if previous is not None else updates.ADDED
+        updates.announce_session(
+            session_id=permission.session_id, kind=kind, only=permission.user_id
+        )
+
+
+def delete_permissions_from_admin(*, grants: list[Permission], actor: AuthUser) -> None:
+    """Delete grants in the admin, each with its audit record, all or none."""
+    with transaction.atomic():
+        for grant in grants:
+            grant.delete()
+            _audit_admin_revoke(grant=grant, actor=actor)
+
+
+def _audit_admin_revoke(*, grant: Permission, actor: AuthUser) -> None:
+    audit.record(
+        actor=actor,
+        action=audit_actions.PERMISSION_REVOKE,
+        target_type="user",
+        target_id=grant.user.get_username(),
+        session_id=grant.session_id,
+        details={"level": grant.level, "via": "admin"},
+    )
+    updates.announce_removed(session_id=grant.session_id, user_pks=[grant.user_id])
+
+
 def revoke_permission(*, session: Session, user_id: str, actor: AuthUser | None = None) -> None:
     grant = Permission.objects.filter(session=session, user__username=user_id).first()
     if grant is None:
