@@ -5,11 +5,16 @@ the mock LLM and a real receiver on loopback.
   ``standardwebhooks`` library), with the turn's ids.
 - Two server processes on PostgreSQL + Redis, both delivering and polling fast: every
   event arrives, none twice (each attempt is claimed by one process).
+- A server killed while its request is at the receiver: the process started in its
+  place sends the event again once the claim expires (same id, so the receiver can
+  drop the duplicate), and the delivery ends ``delivered`` after two attempts.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,11 +30,13 @@ from testing.processes import (
     bind,
     create_session,
     migrate,
+    restart_on_same_port,
     send_message,
     start_server,
     wait_turn,
+    wait_until,
 )
-from testing.webhook_receiver import WebhookReceiver
+from testing.webhook_receiver import Received, WebhookReceiver
 from tests.e2e.conftest import _dump_logs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
@@ -125,3 +132,53 @@ def test_two_processes_send_each_event_once(
         _dump_logs(request, *(server.process for server in servers))
         for server in servers:
             server.process.stop()
+
+
+def test_a_server_killed_mid_delivery_is_followed_by_one_that_sends_again(
+    launch_server: Callable[..., Server],
+    receiver: WebhookReceiver,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    # A 2 s request timeout makes the claim's lease 11 s (3 × timeout + 5): the new
+    # process may retry only after that, so the test idles past it.
+    server = launch_server(
+        OMNIGENT_WEBHOOK_TIMEOUT_S="2", OMNIGENT_WEBHOOK_POLL_S="0.05", **LOCAL_RECEIVERS
+    )
+    hook = create_webhook(server, receiver.url, ["webhook.test"])
+    first_arrived, release = threading.Event(), threading.Event()
+
+    def hold_the_first(got: Received) -> int:
+        if not first_arrived.is_set():
+            first_arrived.set()
+            release.wait(60)  # the sender dies while this request is open
+        return 200
+
+    receiver.answer = hold_the_first
+    with server.client() as client:
+        sent = client.post(f"/v1/webhooks/{hook['id']}/test")
+    assert sent.status_code == 202, sent.text
+    event_id = sent.json()["event_id"]
+    assert first_arrived.wait(30), "the first attempt never reached the receiver"
+    restarted = restart_on_same_port(server, tmp_path, "daphne-restarted", sig=signal.SIGKILL)
+    try:
+        release.set()
+        arrived = receiver.wait_for(2, timeout=60)
+        assert [json.loads(got.body)["id"] for got in arrived] == [event_id, event_id]
+        assert arrived[0].headers["webhook-id"] == arrived[1].headers["webhook-id"]
+        for got in arrived:
+            Verifier(hook["secret"]).verify(got.body, got.headers)
+
+        def settled() -> list[tuple[str, str, int]]:
+            with restarted.client() as client:
+                rows = client.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["data"]
+            return [(row["event_id"], row["status"], row["attempts"]) for row in rows]
+
+        wait_until(
+            lambda: settled() == [(event_id, "delivered", 2)],
+            deadline_s=30,
+            what="the delivery to be recorded as delivered after two attempts",
+        )
+    finally:
+        _dump_logs(request, restarted.process)
+        restarted.process.stop()
