@@ -254,6 +254,7 @@ class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView)
         event = self.event
         kind = event["type"]
         if kind == "message":
+            await dispatch.wait_for_reconnecting_runner(session=self.session)
             accepted = await sync_to_async(self.accept_message)(request)
             body = await dispatch.deliver_message(session=self.session, accepted=accepted)
         elif kind == "function_call_output":

@@ -91,6 +91,7 @@ CLOSE_REPLACED = 4000
 CLOSE_BAD_HELLO = 4001
 CLOSE_BAD_PROTOCOL = 4002
 CLOSE_HEARTBEAT = 4003
+CLOSE_SERVER_STOPPING = 4005
 
 # The nack code for a command that is not a valid frame, by ProtocolError code.
 NACK_CODES = {INVALID: "invalid_command", UNKNOWN_TYPE: "unknown_command"}
@@ -345,6 +346,8 @@ class RunnerTunnel:
             )
         elif code == CLOSE_HEARTBEAT:
             logger.warning("server closed the tunnel: it missed our heartbeats (4003)")
+        elif code == CLOSE_SERVER_STOPPING:
+            logger.info("the server process is stopping (4005); reconnecting to another")
         else:
             logger.warning("tunnel closed (%s)", exc)
 

@@ -295,6 +295,13 @@ OMNIGENT_HEARTBEAT_S = env_float("OMNIGENT_HEARTBEAT_S", 20.0)
 OMNIGENT_HELLO_TIMEOUT_S = env_float("OMNIGENT_HELLO_TIMEOUT_S", 10.0)
 OMNIGENT_RECONNECT_GRACE_S = env_float("OMNIGENT_RECONNECT_GRACE_S", 15.0)
 OMNIGENT_RELAY_TIMEOUT_S = env_float("OMNIGENT_RELAY_TIMEOUT_S", 10.0)
+# A message or tool result for a runner whose tunnel dropped less than this long ago
+# (a server process restarting, a network blip) waits for it to come back instead of
+# answering 503 at once (runners/dispatch.py); 0 turns the wait off.
+OMNIGENT_RUNNER_RECONNECT_WAIT_S = max(0.0, env_float("OMNIGENT_RUNNER_RECONNECT_WAIT_S", 5.0))
+# How long HTTP requests in flight may go on once a server process is told to stop
+# (SIGTERM); it stops listening at once (omnigent_site/runtime/shutdown.py).
+OMNIGENT_SHUTDOWN_DRAIN_S = max(0.0, env_float("OMNIGENT_SHUTDOWN_DRAIN_S", 10.0))
 # Scheduled tasks (automation.md): an occurrence missed while no server ran fires when
 # a server comes back only if it is less than this late (else it is recorded skipped,
 # "missed"); every process looks for due occurrences at least this often.

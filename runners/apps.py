@@ -13,6 +13,7 @@ class RunnersConfig(AppConfig):
         # (runners/upkeep.py). The server runtime starts the loop once the reactor
         # runs, however daphne was started. Imported here: upkeep needs the models.
         from . import liveness
+        from .consumers import close_tunnels_for_restart
         from .upkeep import sweep_stale_runners_forever
         from .verdicts import sweep_expired_approvals_forever
 
@@ -21,6 +22,8 @@ class RunnersConfig(AppConfig):
         # its own as it stops, and looks for dead ones every beat.
         on_start(liveness.start)
         on_stop(liveness.stop)
+        # Runners move to another process at once (a rolling restart).
+        on_stop(close_tunnels_for_restart)
         on_serve(liveness.beat_forever)
         on_serve(sweep_stale_runners_forever)
         # Questions past their deadline are expired by the server (approvals.md).

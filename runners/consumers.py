@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import weakref
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -64,6 +65,7 @@ from .tunnel_errors import (
     CLOSE_DEAD_PEER,
     CLOSE_REPLACED,
     CLOSE_REVOKED,
+    CLOSE_SERVER_STOPPING,
     TunnelClosed,
     close_code_for,
     nack_error,
@@ -121,7 +123,11 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         self.event_writer: asyncio.Task[None] | None = None
         if stopping().is_set():
             # A tunnel held by a process on its way out would read online after it.
-            await self.close()
+            # Accepted and closed as a restart (not refused: a 403 tells the runner
+            # its token is bad), so the runner comes back at once, through the proxy
+            # to another process.
+            await self.accept()
+            await self.close(code=CLOSE_SERVER_STOPPING)
             return
         headers = dict(self.scope.get("headers") or [])
         client = self.scope.get("client") or (None, None)
@@ -175,6 +181,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             process_id=liveness.PROCESS_ID,
         )
         self.generation = connection.generation
+        _live_tunnels.add(self)
         liveness.hold(
             channel_name=self.channel_name, runner_id=self.runner_id, generation=self.generation
         )
@@ -443,14 +450,18 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         self.closing = True
         await self.close(code=code)
 
-    async def disconnect(self, code: int) -> None:
+    async def leave_for_restart(self) -> None:
+        """This process is stopping: the commands waiting on this tunnel fail at once
+        (their callers wait for the runner on its next tunnel and send them there), and
+        the tunnel closes with 4005 so the runner reconnects to another process now,
+        not when the connections are cut after the drain."""
+        if self.closing:
+            return
         self.closing = True
-        if getattr(self, "counted_connected", False):
-            self.counted_connected = False
-            metrics.runner_disconnected()
-        for task in self.tasks:
-            task.cancel()
-        await self._finish_event_writer()
+        await self._fail_pending()
+        await self.close(code=CLOSE_SERVER_STOPPING)
+
+    async def _fail_pending(self) -> None:
         pending, self.pending = self.pending, {}
         closed = TunnelReply(
             ok=False,
@@ -459,6 +470,17 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         for reply_channel, _command in pending.values():
             if reply_channel:
                 await notify(channel_name=reply_channel, message=closed)
+
+    async def disconnect(self, code: int) -> None:
+        _live_tunnels.discard(self)
+        self.closing = True
+        if getattr(self, "counted_connected", False):
+            self.counted_connected = False
+            metrics.runner_disconnected()
+        for task in self.tasks:
+            task.cancel()
+        await self._finish_event_writer()
+        await self._fail_pending()
         if not self.generation:
             return
         liveness.let_go(channel_name=self.channel_name)
@@ -470,6 +492,28 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             asyncio.get_running_loop().create_task(
                 fail_after_grace(runner_id=self.runner_id, generation=self.generation)
             )
+
+
+# The tunnels this process holds (past their hello), for ``close_tunnels_for_restart``.
+_live_tunnels: weakref.WeakSet[TunnelConsumer] = weakref.WeakSet()
+
+
+async def close_tunnels_for_restart() -> None:
+    """``on_stop``: every tunnel this process holds closes as a restart (4005).
+
+    A stop hook runs in a task of its own, so it goes on after daphne has cancelled the
+    consumers' own tasks; their connections stay open until the drain ends."""
+    tunnels = list(_live_tunnels)
+    results = await asyncio.gather(
+        *(tunnel.leave_for_restart() for tunnel in tunnels), return_exceptions=True
+    )
+    for tunnel, result in zip(tunnels, results, strict=True):
+        if isinstance(result, BaseException):
+            log.warning(
+                "tunnel %s: could not close it for the restart: %r", tunnel.runner_id, result
+            )
+    if tunnels:
+        log.info("stopping: %d runner tunnels closed for a restart", len(tunnels))
 
 
 def acknowledged_verdicts(command: AnyCommand) -> list[str]:

@@ -8,11 +8,15 @@ checks (``SessionEventsView.initial``); ``deliver_message`` is the rest.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.utils import timezone
 
 from omnigent_runner.protocol import ToolResult, TurnInterrupt, TurnStart
 from omnigent_site.domain_errors import AgentUnavailable, RunnerUnavailable
@@ -24,13 +28,89 @@ from sessions.models import Item, Session, Turn
 
 from . import runner_events
 from .models import Runner
-from .relay import RelayError, send_command
+from .relay import TUNNEL_GONE, RelayError, send_command
+from .tunnel_errors import TUNNEL_CLOSED
 from .verdicts import relay_verdict
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User as AuthUser
 
 log = logging.getLogger(__name__)
+
+# How often a request waiting for a reconnecting runner reads its row: only in the
+# seconds after a tunnel dropped, so a poll costs less than a channel-layer subscription.
+RECONNECT_POLL_S = 0.1
+# Delivery failures after which the runner may soon be back on a new tunnel, where the
+# command is sent again (a re-sent ``turn.start`` or ``tool_result`` never runs twice:
+# tunnel.md). A missed deadline or a nack is final.
+_RECONNECTABLE = frozenset({"runner_offline", TUNNEL_CLOSED, TUNNEL_GONE})
+# Tunnels a command follows the runner across before it gives up (a flapping link).
+_MAX_RESENDS = 3
+
+
+async def _poll_until_back(
+    *, runner_id: str, after_generation: int, deadline: float
+) -> Runner | None:
+    loop = asyncio.get_running_loop()
+    while loop.time() < deadline:
+        await asyncio.sleep(min(RECONNECT_POLL_S, max(0.0, deadline - loop.time())))
+        current = await Runner.objects.filter(pk=runner_id).afirst()
+        if current is None or current.is_revoked:
+            return None
+        if current.online and current.generation > after_generation:
+            return current
+    return None
+
+
+async def wait_for_reconnecting_runner(*, session: Session) -> None:
+    """The session's runner dropped its tunnel moments ago (a server process restarting,
+    a network blip): wait for it to reconnect, to any process, until
+    ``OMNIGENT_RUNNER_RECONNECT_WAIT_S`` after the drop, so the message is delivered
+    instead of refused. Returns at once when the runner is online, was never connected,
+    or dropped longer ago; the caller's own check then answers 503 as before."""
+    runner = session.runner
+    window = settings.OMNIGENT_RUNNER_RECONNECT_WAIT_S
+    if runner is None or runner.online or runner.is_revoked or runner.disconnected_at is None:
+        return
+    left = window - (timezone.now() - runner.disconnected_at).total_seconds()
+    if left <= 0:
+        return
+    back = await _poll_until_back(
+        runner_id=runner.id,
+        after_generation=runner.generation - 1,
+        deadline=asyncio.get_running_loop().time() + left,
+    )
+    if back is not None:
+        session.runner = back
+
+
+async def _runner_back_after(exc: RelayError, runner: Runner) -> Runner | None:
+    """After a command was lost with ``runner``'s tunnel: the runner on a newer tunnel
+    (within ``OMNIGENT_RUNNER_RECONNECT_WAIT_S``), or None when the failure is final."""
+    window = settings.OMNIGENT_RUNNER_RECONNECT_WAIT_S
+    if exc.code not in _RECONNECTABLE or window <= 0:
+        return None
+    return await _poll_until_back(
+        runner_id=runner.id,
+        after_generation=runner.generation,
+        deadline=asyncio.get_running_loop().time() + window,
+    )
+
+
+def _still_on(runner: Runner) -> Callable[[], Awaitable[bool]]:
+    """Whether ``runner``'s row still names the tunnel a command went to: asked only
+    while an answer is late, so a command lost with a stopping process's tunnel is sent
+    again on the next one instead of waiting out ``OMNIGENT_RELAY_TIMEOUT_S``."""
+
+    async def still_there() -> bool:
+        current = (
+            await Runner.objects.filter(pk=runner.pk)
+            .values_list("channel_name", flat=True)
+            .afirst()
+        )
+        return current == runner.channel_name
+
+    return still_there
 
 
 def _runner_or_503(session: Session) -> Runner:
@@ -62,7 +142,9 @@ async def _ensure_open(session: Session, runner: Runner, response_id: str) -> No
             message=str(exc),
         )
         raise AgentUnavailable(str(exc)) from exc
-    await send_command(channel_name=runner.channel_name, command=command)
+    await send_command(
+        channel_name=runner.channel_name, command=command, still_there=_still_on(runner)
+    )
 
 
 def _accept_with_command(
@@ -111,31 +193,54 @@ async def deliver_message(*, session: Session, accepted: AcceptedMessage) -> dic
     for the runner's acknowledgement; return the 202 body (http-api.md)."""
     await send_publications(accepted.publications)
     runner, response = accepted.runner, accepted.response
-    try:
-        await _ensure_open(session, runner, response.id)
-        await send_command(channel_name=runner.channel_name, command=accepted.command)
-    except RelayError as exc:
-        log.warning("turn %s of %s not delivered: %s", response.id, session.id, exc.message)
-        await sync_to_async(runner_events.fail_turn)(
-            session_id=session.id,
-            response_id=response.id,
-            code="runner_unreachable",
-            message=f"the runner did not accept the turn: {exc.message}",
-        )
-        raise RunnerUnavailable(f"the runner did not accept the message: {exc.message}") from exc
+    for resend in range(_MAX_RESENDS + 1):
+        try:
+            await _ensure_open(session, runner, response.id)
+            await send_command(
+                channel_name=runner.channel_name,
+                command=accepted.command,
+                still_there=_still_on(runner),
+            )
+            break
+        except RelayError as exc:
+            back = await _runner_back_after(exc, runner) if resend < _MAX_RESENDS else None
+            if back is not None:
+                log.info(
+                    "turn %s of %s: the runner is back; sending it again", response.id, session.id
+                )
+                runner = back
+                continue
+            log.warning("turn %s of %s not delivered: %s", response.id, session.id, exc.message)
+            await sync_to_async(runner_events.fail_turn)(
+                session_id=session.id,
+                response_id=response.id,
+                code="runner_unreachable",
+                message=f"the runner did not accept the turn: {exc.message}",
+            )
+            raise RunnerUnavailable(
+                f"the runner did not accept the message: {exc.message}"
+            ) from exc
     return {"queued": True, "item_id": accepted.item.id, "response_id": response.id}
 
 
 async def forward_tool_result(*, session: Session, call_id: str, output: str) -> dict[str, Any]:
     """Relay a client tool's output as exactly ``tool_result`` (tunnel.md)."""
+    await wait_for_reconnecting_runner(session=session)
     runner = _runner_or_503(session)
     command = ToolResult(session_id=session.id, call_id=call_id, output=output)
-    try:
-        await send_command(channel_name=runner.channel_name, command=command)
-    except RelayError as exc:
-        raise RunnerUnavailable(
-            f"the runner did not accept the tool result: {exc.message}"
-        ) from exc
+    for resend in range(_MAX_RESENDS + 1):
+        try:
+            await send_command(
+                channel_name=runner.channel_name, command=command, still_there=_still_on(runner)
+            )
+            break
+        except RelayError as exc:
+            back = await _runner_back_after(exc, runner) if resend < _MAX_RESENDS else None
+            if back is None:
+                raise RunnerUnavailable(
+                    f"the runner did not accept the tool result: {exc.message}"
+                ) from exc
+            runner = back
     return {"queued": True, "item_id": call_id}
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -46,13 +48,48 @@ class RelayError(Exception):
         self.status = status
 
 
+# The code of a command given up because its tunnel is gone (``still_there``).
+TUNNEL_GONE = "tunnel_gone"
+
+
+async def _wait_for_reply(
+    layer: Any,
+    reply_channel: str,
+    *,
+    still_there: Callable[[], Awaitable[bool]] | None,
+    probe_s: float,
+) -> Any:
+    """The reply; with ``still_there``, asked every ``probe_s`` while none came."""
+    if still_there is None:
+        return await layer.receive(reply_channel)
+    receiving = asyncio.ensure_future(layer.receive(reply_channel))
+    try:
+        while True:
+            done, _ = await asyncio.wait({receiving}, timeout=probe_s)
+            if done:
+                return receiving.result()
+            if not await still_there():
+                raise RelayError(TUNNEL_GONE, "the runner's tunnel closed before it answered")
+    finally:
+        receiving.cancel()
+
+
 async def send_command(
-    *, channel_name: str, command: AnyCommand, timeout: float | None = None
+    *,
+    channel_name: str,
+    command: AnyCommand,
+    timeout: float | None = None,
+    still_there: Callable[[], Awaitable[bool]] | None = None,
+    probe_s: float = 1.0,
 ) -> TunnelReply:
     """Deliver ``command`` (its ``id`` is set by the consumer) and return the runner's answer.
 
     Returns the ``tunnel.reply`` of an ack (its ``result`` for rpc). Raises
     :class:`RelayError` on a nack, a closed tunnel or a missed deadline.
+
+    ``still_there``: asked every ``probe_s`` while no answer came; False gives up with
+    ``tunnel_gone`` (the tunnel's consumer ended before the command reached it, as when
+    its server process stops, and nothing would ever answer).
     """
     if not channel_name:
         raise RelayError("runner_offline", "the runner is not connected")
@@ -65,7 +102,12 @@ async def send_command(
         message = channel_message(TunnelCommand(command=command, reply_channel=reply_channel))
         async with asyncio.timeout(deadline):
             await layer.send(channel_name, message)
-            raw_reply = await layer.receive(reply_channel)
+            raw_reply = await _wait_for_reply(
+                layer, reply_channel, still_there=still_there, probe_s=probe_s
+            )
+    except RelayError:
+        metrics.relay_answered(outcome="undelivered", seconds=time.perf_counter() - started)
+        raise
     except TimeoutError:
         metrics.relay_answered(outcome="timeout", seconds=time.perf_counter() - started)
         raise RelayError(

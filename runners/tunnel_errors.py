@@ -19,6 +19,10 @@ CLOSE_BAD_HELLO = 4001
 CLOSE_BAD_PROTOCOL = 4002
 CLOSE_DEAD_PEER = 4003
 CLOSE_REVOKED = 4004
+# The server process is stopping (a restart): the runner reconnects at once, and the
+# proxy in front sends it to another process. (1012, "service restart", is not a code
+# an application may send through autobahn.)
+CLOSE_SERVER_STOPPING = 4005
 CLOSE_SERVER_ERROR = 1011
 
 # ``tunnel.reply`` error codes the consumer itself produces (a runner's nack code is

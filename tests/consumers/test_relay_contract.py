@@ -8,6 +8,7 @@ the runner is started as a task while the stub reads and answers the command.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -199,10 +200,13 @@ async def test_function_call_output_not_acknowledged_in_time_is_503(
     assert time.monotonic() - started >= 0.5
 
 
-async def test_function_call_output_when_the_tunnel_drops_is_503_at_once(
+async def test_function_call_output_when_the_tunnel_drops_is_503_after_the_reconnect_wait(
     stubs: Stubs, session: Session, runner_token: tuple[Runner, str], settings: Any
 ) -> None:
+    """Well before the relay's deadline: the caller waits for the runner to come back
+    only for ``OMNIGENT_RUNNER_RECONNECT_WAIT_S``."""
     settings.OMNIGENT_RELAY_TIMEOUT_S = 10.0
+    settings.OMNIGENT_RUNNER_RECONNECT_WAIT_S = 0.5
     runner, token = runner_token
     stub = await stubs.online(token)
     await bind(session, runner)
@@ -315,6 +319,84 @@ async def test_message_opens_the_session_then_starts_the_turn(
     assert second["response_id"] != turn["response_id"]
     await stub.ack(second)
     assert body_of(await pending, 202)["response_id"] == second["response_id"]
+
+
+async def ack_until_answered(stub: Any, pending: asyncio.Task[Any]) -> list[dict[str, Any]]:
+    """Acknowledge every command until the request is answered; the turn.starts seen.
+
+    A new tunnel's resume sends the session and its queued turn too, so the request's
+    own commands may come after (or beside) the resume's: the runner takes each once."""
+    starts: list[dict[str, Any]] = []
+    async with asyncio.timeout(30):
+        while not pending.done():
+            try:
+                frame = await stub.recv(timeout=0.2)
+            except TimeoutError:
+                continue
+            assert frame["type"] in ("session.open", "turn.start"), frame
+            if frame["type"] == "turn.start":
+                starts.append(frame)
+            await stub.ack(frame)
+    return starts
+
+
+async def test_a_message_whose_tunnel_drops_is_sent_again_when_the_runner_reconnects(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str], settings: Any
+) -> None:
+    """A server process restarting closes the runner's tunnel while a message is on its
+    way: the caller sends it again on the runner's next tunnel (the runner ignores a
+    ``turn.start`` it already has), and the client gets its 202."""
+    settings.OMNIGENT_RUNNER_RECONNECT_WAIT_S = 30.0
+    runner, token = runner_token
+    first = await stubs.online(token)
+    await bind(session, runner)
+    pending = start(post_event(session.id, message_event()))
+    await first.ack(await first.expect("session.open"))
+    lost = await first.expect("turn.start")  # never acknowledged on this tunnel
+    await first.drop()
+    second = await stubs.online(token)
+    starts = await ack_until_answered(second, pending)
+    assert starts and {start["response_id"] for start in starts} == {lost["response_id"]}
+    assert all(start["input"] == lost["input"] for start in starts)
+    assert body_of(await pending, 202)["response_id"] == lost["response_id"]
+    turn = await in_db(Turn.objects.get)(id=lost["response_id"])
+    assert turn.status == Turn.Status.QUEUED
+    assert await in_db(counts)(session.id) == (1, 1)
+
+
+async def test_a_message_to_a_runner_that_dropped_moments_ago_waits_for_it(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str], settings: Any
+) -> None:
+    settings.OMNIGENT_RUNNER_RECONNECT_WAIT_S = 30.0
+    runner, token = runner_token
+    first = await stubs.online(token)
+    await bind(session, runner)
+    await first.drop()
+    assert not (await in_db(Runner.objects.get)(pk=runner.pk)).online
+    pending = start(post_event(session.id, message_event()))
+    await asyncio.sleep(0.3)  # the request is waiting (nothing to await on its side)
+    assert not pending.done()
+    second = await stubs.online(token)
+    starts = await ack_until_answered(second, pending)
+    response_id = body_of(await pending, 202)["response_id"]
+    assert {start["response_id"] for start in starts} == {response_id}
+
+
+async def test_a_message_to_a_runner_that_does_not_come_back_is_503_and_the_turn_failed(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str], settings: Any
+) -> None:
+    settings.OMNIGENT_RUNNER_RECONNECT_WAIT_S = 0.3
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    await bind(session, runner)
+    pending = start(post_event(session.id, message_event()))
+    await stub.ack(await stub.expect("session.open"))
+    lost = await stub.expect("turn.start")
+    await stub.drop()
+    error_of(await pending, 503, "runner_unavailable")
+    turn = await in_db(Turn.objects.get)(id=lost["response_id"])
+    assert turn.status == Turn.Status.FAILED
+    assert turn.error["code"] == "runner_unreachable"
 
 
 async def test_message_with_a_plain_string_content_is_accepted(

@@ -34,8 +34,10 @@ def _online(runner_id: str) -> bool:
 
 
 async def test_a_stopping_process_marks_its_tunnels_offline_and_a_message_gets_503_at_once(
-    stubs: Stubs, runner_token: tuple[Runner, str], session: Session
+    stubs: Stubs, runner_token: tuple[Runner, str], session: Session, settings: Any
 ) -> None:
+    # Without the wait for a reconnecting runner (tested in test_relay_contract.py).
+    settings.OMNIGENT_RUNNER_RECONNECT_WAIT_S = 0
     runner, token = runner_token
     await bind(session, runner)
     await stubs.online(token)

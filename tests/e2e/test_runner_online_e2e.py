@@ -44,7 +44,8 @@ def test_after_a_server_restart_the_runner_is_offline_until_it_reconnects(
     tmp_path: Path,
     stop: signal.Signals,
 ) -> None:
-    server = launch_server()
+    # A message waits this long for a runner that dropped moments ago (the restart).
+    server = launch_server(OMNIGENT_RUNNER_RECONNECT_WAIT_S="0.5")
     runner = launch_runner(server)
     assert runner.process is not None
     session_id = create_session(server, make_bundle())
