@@ -247,6 +247,14 @@ def sessions_granted_to(*, user: AuthUser) -> QuerySet[Session]:
     )
 
 
+def pinned_filter(
+    sessions: QuerySet[Session], *, user: AuthUser, pinned: bool
+) -> QuerySet[Session]:
+    """``sessions`` narrowed to those the user pinned (or, ``pinned=False``, did not)."""
+    ids = Permission.objects.filter(user=user, pinned_at__isnull=False).values("session_id")
+    return sessions.filter(pk__in=ids) if pinned else sessions.exclude(pk__in=ids)
+
+
 def managed_session_ids(*, user: AuthUser) -> QuerySet[Permission, Any]:
     """A query of the ids of the sessions the user manages (a manage or owner grant)."""
     return Permission.objects.filter(user=user, level__gte=Permission.Level.MANAGE).values(

@@ -118,3 +118,28 @@ def test_other_methods_get_the_error_format(
     session_id = create_session(ALICE)
     answer = client_for(ALICE).post(f"/v1/sessions/{session_id}/pin", {}, format="json")
     assert_error(answer, 405, "method_not_allowed")
+
+
+def test_the_list_filters_by_the_callers_pins(
+    client_for: Callable[[str | None], Any],
+    create_session: Callable[..., str],
+    grant: Callable[..., None],
+) -> None:
+    """``?pinned=1`` lists only the caller's pinned sessions (the sidebar reads them apart
+    from the newest), ``0`` only the others; another user's pin does not count."""
+    mine, theirs, plain = (create_session(ALICE, title=t) for t in ("mine", "theirs", "plain"))
+    grant(theirs, BOB, 1)
+    alice, bob = client_for(ALICE), client_for(BOB)
+    alice.put(f"/v1/sessions/{mine}/pin")
+    bob.put(f"/v1/sessions/{theirs}/pin")
+    assert set(_rows(alice, "&pinned=1")) == {mine}
+    assert set(_rows(alice, "&pinned=true")) == {mine}
+    assert set(_rows(alice, "&pinned=0")) == {theirs, plain}
+    assert set(_rows(alice)) == {mine, theirs, plain}
+    assert set(_rows(bob, "&pinned=1")) == {theirs}
+    # With the other filters: an archived pin is listed under archived only.
+    alice.patch(f"/v1/sessions/{mine}", {"archived": True}, format="json")
+    assert set(_rows(alice, "&pinned=1")) == set()
+    assert set(_rows(alice, "&pinned=1&archived=1")) == {mine}
+    error = assert_error(alice.get("/v1/sessions?pinned=yes"), 400, "invalid_input")
+    assert "pinned" in error.get("fields", {}), error

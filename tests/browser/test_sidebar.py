@@ -117,7 +117,7 @@ def test_the_sidebar_is_live_searches_counts_pins_archives_and_deletes(
     assert page.evaluate("document.activeElement.dataset.action") == "pin"
     page.keyboard.press("Escape")
     assert page.evaluate("document.activeElement.classList.contains('menu-button')")
-    assert page.is_hidden(f"li[data-id='{found}'] ul.menu")
+    assert page.is_hidden(f"li[data-id='{found}'] .menu")
     menu_action(page, found, "pin")
     page.wait_for_selector(f"li.side-row[data-id='{found}'][data-pinned='1']")
     assert side_ids(page)[0] == found
@@ -212,7 +212,7 @@ def test_the_sidebar_folds_at_390_px_without_scrolling_sideways(
     assert side_ids(page) == [current]  # the archived one is not listed
     assert overflow(page) == 0
     page.locator(f"li[data-id='{current}'] button.menu-button").click()
-    assert page.is_visible(f"li[data-id='{current}'] ul.menu")
+    assert page.is_visible(f"li[data-id='{current}'] .menu")
     assert overflow(page) == 0
     page.keyboard.press("Escape")
 

@@ -75,24 +75,20 @@ export function rowMenu(row, { onChange, onDeleted, onError }) {
     text: "⋯",
   });
   const act = (label, name, run) =>
-    el(
-      "li",
-      {},
-      el("button", {
-        type: "button",
-        class: "menu-item",
-        dataset: { action: name },
-        text: label,
-        onclick: async () => {
-          close({ focus: true });
-          try {
-            await run();
-          } catch (error) {
-            onError?.(error);
-          }
-        },
-      }),
-    );
+    el("button", {
+      type: "button",
+      class: "menu-item",
+      dataset: { action: name },
+      text: label,
+      onclick: async () => {
+        close({ focus: true });
+        try {
+          await run();
+        } catch (error) {
+          onError?.(error);
+        }
+      },
+    });
   const items = [
     act(row.pinned ? "Unpin" : "Pin", row.pinned ? "unpin" : "pin", async () => {
       const answer = await api(row.pinned ? "DELETE" : "PUT", `${sessionPath(row)}/pin`);
@@ -119,7 +115,8 @@ export function rowMenu(row, { onChange, onDeleted, onError }) {
       }),
     );
   }
-  const menu = el("ul", { class: "menu", hidden: true, "aria-label": `Actions for ${title}` }, items);
+  // Buttons in a group, not list items: a row of a list holds no list of its own.
+  const menu = el("div", { class: "menu", role: "group", hidden: true, "aria-label": `Actions for ${title}` }, items);
   button.addEventListener("click", (event) => {
     event.stopPropagation();
     const wasOpen = openMenu?.menu === menu;

@@ -21,6 +21,7 @@ const waitingNode = $("side-waiting");
 const current = bootData().session_id ?? null;
 
 const SEARCH_DELAY_MS = 250;
+const RECENT = 50;
 // session id -> list row (unarchived, as GET /v1/sessions has them), newest change first:
 // the rows' times are whole seconds, so the order among equal times is this one.
 let rows = new Map();
@@ -30,10 +31,15 @@ let searchTimer = null;
 let searchRound = 0;
 let inboxTimer = null;
 
+// Every pinned session, and the newest RECENT of all (the sessions list has the rest).
 async function reload() {
-  const page = await get("/v1/sessions?limit=200&sort_by=updated_at&order=desc");
-  rows.clear();
-  for (const row of page.data) rows.set(row.id, row);
+  const newest = "/v1/sessions?sort_by=updated_at&order=desc";
+  const [pinned, recent] = await Promise.all([
+    get(`${newest}&pinned=1&limit=1000`),
+    get(`${newest}&limit=${RECENT}`),
+  ]);
+  rows = new Map();
+  for (const row of [...recent.data, ...pinned.data]) rows.set(row.id, row);
   render();
 }
 
