@@ -16,6 +16,7 @@ from . import (
     change_views,
     elicitation_views,
     file_views,
+    pin_views,
     runner_views,
     schedule_views,
     session_views,
@@ -43,6 +44,7 @@ urlpatterns = [
     path("sessions", views.SessionListView.as_view(), name="session-list"),
     path(f"{_SESSION}/export", transfer_views.SessionExportView.as_view(), name="session-export"),
     path(f"{_SESSION}/agent", views.SessionAgentView.as_view(), name="session-agent"),
+    path(f"{_SESSION}/pin", pin_views.SessionPinView.as_view(), name="session-pin"),
     path(f"{_SESSION}/fork", file_views.SessionForkView.as_view(), name="session-fork"),
     path(
         f"{_SESSION}/permissions",

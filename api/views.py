@@ -176,6 +176,12 @@ class SessionListView(APIView):
                 description="`1`: only archived sessions; by default they are hidden",
             ),
             OpenApiParameter(
+                "pinned",
+                {"type": "string", "enum": ["0", "1", "true", "false"]},
+                description="`1`: only the sessions the caller pinned; `0`: only the others; "
+                "absent: both",
+            ),
+            OpenApiParameter(
                 "sort_by",
                 {"type": "string", "enum": ["created_at", "updated_at"], "default": "created_at"},
             ),
@@ -206,6 +212,13 @@ class SessionListView(APIView):
         if archived not in ("0", "1", "true", "false"):
             raise ValidationError({"archived": ["must be 1 (archived only) or 0 (the default)"]})
         queryset = queryset.filter(archived_at__isnull=archived in ("0", "false"))
+        pinned = request.query_params.get("pinned")
+        if pinned is not None:
+            if pinned not in ("0", "1", "true", "false"):
+                raise ValidationError({"pinned": ["must be 1 (pinned only) or 0 (unpinned only)"]})
+            queryset = selectors.pinned_filter(
+                queryset, user=request_user(request), pinned=pinned in ("1", "true")
+            )
         if query is not None:
             queryset = search.filter_sessions(queryset, query)
         page = paginate(queryset, params, sort_field=sort_by)

@@ -223,6 +223,9 @@ class Permission(models.Model):
     )
     level = models.PositiveSmallIntegerField(choices=Level.choices)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Pinning is the grantee's own choice (their sidebar lists pinned sessions first), so
+    # it lives on their grant, not on the session: nobody else's list moves.
+    pinned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

@@ -61,12 +61,13 @@ def _relations_sql(*, agent: bool) -> tuple[str, str]:
 
 @functools.cache
 def _session_with_grant_sql(*, with_agent: bool = False) -> str:
-    """One session row plus the caller's grant level (NULL without a grant), its runner
-    and, if ``with_agent``, its agent."""
+    """One session row plus the caller's grant level and pin (NULL without a grant), its
+    runner and, if ``with_agent``, its agent."""
     session_id, grant_session = quoted(Session, "id"), quoted(Permission, "session")
     columns, joins = _relations_sql(agent=with_agent)
     return (
-        f"SELECT s.*, g.{quoted(Permission, 'level')} AS caller_level{columns} "
+        f"SELECT s.*, g.{quoted(Permission, 'level')} AS caller_level, "
+        f"g.{quoted(Permission, 'pinned_at')} AS grant_pinned_at{columns} "
         f"FROM {quoted(Session)} s LEFT JOIN {quoted(Permission)} g "
         f"ON g.{grant_session} = s.{session_id} AND g.{quoted(Permission, 'user')} = %s"
         f"{joins} WHERE s.{session_id} = %s"
@@ -107,8 +108,8 @@ def session_for(
 
 @functools.cache
 def _session_list_rows_sql(*, one_user: bool, of_runner: bool = False, ids: int = 1) -> str:
-    """One session row per direct grant (of one user's only): the grantee and level, how
-    many of the session's questions are open, its runner and agent. The session is the
+    """One session row per direct grant (of one user's only): the grantee, level and pin,
+    how many of the session's questions are open, its runner and agent. The session is the
     one whose id is given (or each of ``ids`` given), or (``of_runner``) every session
     bound to the runner given."""
     session_id, approval_session = quoted(Session, "id"), quoted(Approval, "session")
@@ -124,7 +125,8 @@ def _session_list_rows_sql(*, one_user: bool, of_runner: bool = False, ids: int 
         f"WHERE a2.{approval_session} = s.{session_id} "
         f"AND a2.{quoted(Approval, 'status')} = %s) AS pending_elicitations_count, "
         f"g.{quoted(Permission, 'user')} AS grantee_pk, g.{quoted(Permission, 'level')} "
-        f"AS grantee_level{columns} FROM {quoted(Session)} s "
+        f"AS grantee_level, g.{quoted(Permission, 'pinned_at')} AS grant_pinned_at"
+        f"{columns} FROM {quoted(Session)} s "
         f"JOIN {quoted(Permission)} g ON g.{quoted(Permission, 'session')} = s.{session_id}"
         f"{joins} WHERE {where}"
     )
@@ -232,12 +234,25 @@ def snapshot_etag(
 
 def sessions_granted_to(*, user: AuthUser) -> QuerySet[Session]:
     """Sessions where the user holds a direct grant (admins too: the list is personal),
-    each with ``pending_elicitations_count`` (one subquery, not a query per row)."""
+    each with ``pending_elicitations_count`` (one subquery, not a query per row) and
+    ``grant_pinned_at``, when the user pinned it (``shapes.session_row``'s ``pinned``)."""
+    pinned = Permission.objects.filter(session=OuterRef("pk"), user=user).values("pinned_at")
     return (
         Session.objects.filter(grants__user=user)
         .select_related("agent", "runner")
-        .annotate(pending_elicitations_count=pending_approval_count())
+        .annotate(
+            pending_elicitations_count=pending_approval_count(),
+            grant_pinned_at=Subquery(pinned[:1]),
+        )
     )
+
+
+def pinned_filter(
+    sessions: QuerySet[Session], *, user: AuthUser, pinned: bool
+) -> QuerySet[Session]:
+    """``sessions`` narrowed to those the user pinned (or, ``pinned=False``, did not)."""
+    ids = Permission.objects.filter(user=user, pinned_at__isnull=False).values("session_id")
+    return sessions.filter(pk__in=ids) if pinned else sessions.exclude(pk__in=ids)
 
 
 def managed_session_ids(*, user: AuthUser) -> QuerySet[Permission, Any]:

@@ -280,6 +280,27 @@ def delete_session(
     files.collect_blobs(file_hashes)
 
 
+def set_pinned(*, session: Session, user: AuthUser, pinned: bool) -> bool:
+    """Pin or unpin the session in the user's own list; returns ``pinned``.
+
+    The pin is on the user's grant (nobody else's list changes) and does not move
+    ``updated_at`` (pinning is no activity). Pinning twice changes nothing and announces
+    nothing. A caller without a grant of their own (an admin reading another's session)
+    has no list row to pin.
+    """
+    with transaction.atomic():
+        grant = Permission.objects.select_for_update().filter(session=session, user=user).first()
+        if grant is None:
+            raise Forbidden(
+                "only a session in your own list (one you hold a grant on) can be pinned"
+            )
+        if (grant.pinned_at is not None) != pinned:
+            grant.pinned_at = timezone.now() if pinned else None
+            grant.save(update_fields=["pinned_at"])
+            updates.announce_session(session_id=session.id, only=user.pk)
+    return pinned
+
+
 # --- grants ---------------------------------------------------------------------
 
 

@@ -159,6 +159,10 @@ class SessionRowOut(TypedDict):
     archived: Annotated[
         bool, Doc("hidden from the default list (`?archived=1` lists these); a message clears it")
     ]
+    pinned: Annotated[
+        bool,
+        Doc("the caller pinned it (`PUT /v1/sessions/{id}/pin`): their own choice, per user"),
+    ]
 
 
 class SessionOut(SessionRowOut):
@@ -177,7 +181,9 @@ class SessionOut(SessionRowOut):
 
 def session_row(session: Session, *, level: int, pending_count: int | None = None) -> SessionRowOut:
     """``pending_count`` defaults to the ``pending_elicitations_count`` annotation of
-    ``selectors.sessions_granted_to`` (0 without it)."""
+    ``selectors.sessions_granted_to`` (0 without it); ``pinned`` is read from the
+    ``grant_pinned_at`` column the selectors join from the reader's grant (not pinned
+    without it: a session just created, imported or forked)."""
     if pending_count is None:
         pending_count = int(getattr(session, "pending_elicitations_count", 0) or 0)
     runner = session.runner
@@ -200,6 +206,7 @@ def session_row(session: Session, *, level: int, pending_count: int | None = Non
         "pending_elicitations_count": pending_count,
         "share_workspace_files": session.share_workspace_files,
         "archived": session.archived_at is not None,
+        "pinned": getattr(session, "grant_pinned_at", None) is not None,
     }
 
 
@@ -277,6 +284,19 @@ class SessionDeletedOut(TypedDict):
 
 def session_deleted_body(session_id: str) -> SessionDeletedOut:
     return {"id": session_id, "object": "conversation.deleted", "deleted": True}
+
+
+class SessionPinOut(TypedDict):
+    """``PUT``/``DELETE /v1/sessions/{id}/pin``: whether the session is now pinned in the
+    caller's list."""
+
+    object: Literal["session.pin"]
+    session_id: str
+    pinned: bool
+
+
+def session_pin_body(session_id: str, *, pinned: bool) -> SessionPinOut:
+    return {"object": "session.pin", "session_id": session_id, "pinned": pinned}
 
 
 # --- responses (turns) ------------------------------------------------------------------

@@ -612,6 +612,22 @@ def exercise_hostile_input(alice: Caller, template: str, session_id: str) -> Non
     assert [r.status_code for r in statuses] == [400] * 9
 
 
+def exercise_pin(alice: Caller, anon: Caller, admin: Caller, session_id: str) -> None:
+    """A session pinned in the caller's own list; an admin without a grant has none."""
+    pin = SESSION + "/pin"
+    statuses = [
+        alice("put", pin, session_id=session_id),
+        alice("delete", pin, session_id=session_id),
+        alice("put", pin, session_id="conv_missing"),
+        alice("delete", pin, session_id="conv_missing"),
+        anon("put", pin, session_id=session_id),
+        anon("delete", pin, session_id=session_id),
+        admin("put", pin, session_id=session_id),
+        admin("delete", pin, session_id=session_id),
+    ]
+    assert [r.status_code for r in statuses] == [200, 200, 404, 404, 401, 401, 403, 403]
+
+
 def exercise_deletes_and_identity(
     alice: Caller, bob: Caller, anon: Caller, session_id: str
 ) -> None:
@@ -710,6 +726,10 @@ def test_every_response_matches_its_documented_schema(
     exercise_session_files(alice, bob, anon, session_id)
     exercise_fork(alice, anon, session_id)
     exercise_transfer(alice, anon, session_id)
+    admin = get_or_create_user("root@example.com")
+    admin.is_staff = True
+    admin.save(update_fields=["is_staff"])
+    exercise_pin(alice, anon, caller("root@example.com"), session_id)
     exercise_deletes_and_identity(alice, bob, anon, session_id)
     exercise_cross_site_refusals(alice, conformance, other)
     exercise_rate_limits(alice, conformance, other)

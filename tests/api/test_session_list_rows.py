@@ -5,8 +5,8 @@ The raw SQL exists for speed (the session-list stream reads it after every statu
 change); the ORM query is what ``GET /v1/sessions`` pages through. Two definitions of
 "the sessions a user has in their list, as their rows show them" must not drift: on a
 varied fixture (owner, shared at each level, revoked, deleted, bound to a runner online
-or not, open and answered questions, an admin without a grant), every user's rendered
-rows are the same both ways. CI runs this folder on PostgreSQL too.
+or not, open and answered questions, pinned by one grantee, an admin without a grant),
+every user's rendered rows are the same both ways. CI runs this folder on PostgreSQL too.
 """
 
 from __future__ import annotations
@@ -101,6 +101,10 @@ def fixture(client_for, create_session, grant) -> dict[str, str]:
     )
     assert resolved.status_code == 202, resolved.content
     Session.objects.filter(pk=made["private"]).update(status=Session.Status.FAILED)
+    # Pinned by one grantee only: the pin is the reader's, on their grant.
+    for user, name in ((ALICE, "online"), (BOB, "shared")):
+        pinned = client_for(user).put(f"/v1/sessions/{made[name]}/pin")
+        assert pinned.status_code == 200, pinned.content
     return made
 
 
@@ -133,6 +137,9 @@ def test_the_fixture_has_what_it_claims(fixture: dict[str, str]) -> None:
     assert orm[ALICE][fixture["online"]]["runner_online"] is True
     assert orm[ALICE][fixture["offline"]]["runner_online"] is False
     assert orm[DAVE][fixture["shared"]]["permission_level"] == 3
+    assert orm[ALICE][fixture["online"]]["pinned"] is True
+    assert orm[BOB][fixture["shared"]]["pinned"] is True
+    assert orm[ALICE][fixture["shared"]]["pinned"] is False
 
 
 @pytest.mark.parametrize("user", USERS)

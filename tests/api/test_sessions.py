@@ -43,6 +43,7 @@ SESSION_KEYS = {
     "pending_elicitations_count",
     "share_workspace_files",
     "archived",
+    "pinned",
 }
 # The snapshot adds the transcript, the open questions and the MCP servers' states.
 SNAPSHOT_KEYS = SESSION_KEYS | {"items", "pending_elicitations", "mcp_servers"}

@@ -75,6 +75,7 @@ def test_every_page_fits_390_px_without_horizontal_scrolling(
     page = context.new_page()
     page.goto(f"{server.url}/s/{session_id}")
     page.wait_for_selector("body[data-ready='1']")
+    page.wait_for_selector("#side-list li.side-row", state="attached")
     run_turn(page)
     page.click("#changes .change")
     page.wait_for_selector("#panel-diff:not([hidden])")
@@ -93,6 +94,9 @@ def test_every_page_fits_390_px_without_horizontal_scrolling(
     page.goto(f"{server.url}/")
     page.wait_for_selector(f"li.session-row[data-id='{session_id}']")
     widths["sessions"] = overflow(page)
+    page.goto(f"{server.url}/?view=archived")
+    page.wait_for_selector("body[data-view=archived]")
+    widths["archived"] = overflow(page)
     page.goto(f"{server.url}/new")
     page.wait_for_selector("#runner option[value^=runner_token_]", state="attached")
     widths["new"] = overflow(page)
@@ -208,6 +212,7 @@ def test_dark_mode_follows_the_system_setting_and_every_page_stays_readable(
         page = context.new_page()
         page.goto(f"{server.url}/s/{session_id}")
         page.wait_for_selector("body[data-ready='1']")
+        page.wait_for_selector("#side-list li.side-row")  # the sidebar is read too
         if scheme == "dark":
             run_turn(page)
         page.wait_for_selector("#transcript table")
@@ -220,6 +225,7 @@ def test_dark_mode_follows_the_system_setting_and_every_page_stays_readable(
         pages = [
             ("session", None, ""),
             ("sessions", "/", "li.session-row"),
+            ("archived", "/?view=archived", "body[data-view=archived]"),
             ("new", "/new", "#runner option[value^=runner_token_]"),
             ("runners", "/runners", "#runner-rows tr"),
             ("webhooks", "/webhooks", "#webhook-events input[value='runner.offline']"),

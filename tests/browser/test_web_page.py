@@ -228,7 +228,9 @@ def test_an_ordinary_conversation_for_the_pictures(
     Markdown with a list and inline code; the session, the list and the read-only phone
     view as the README and docs/web.md show them."""
     for title in ("Summarise last week's meeting notes", "Fix the failing date parser test"):
-        create_session(server, make_bundle("file-helper", extra=OS_ENV), title=title)
+        other = create_session(server, make_bundle("file-helper", extra=OS_ENV), title=title)
+    with server.client() as client:  # pinned: the sidebar shows it first, under "Pinned"
+        assert client.put(f"/v1/sessions/{other}/pin").json()["pinned"] is True
     session_id = create_session(
         server, make_bundle("file-helper", extra=OS_ENV), title="A README for the notes folder"
     )
@@ -269,6 +271,7 @@ def test_an_ordinary_conversation_for_the_pictures(
     page.wait_for_selector("#diff tr.add")
     added = page.eval_on_selector_all("#diff tr.add td.code", "ns => ns.map(n => n.textContent)")
     assert added == ["+" + line for line in README_CONTENT.splitlines()]
+    page.wait_for_selector(f"#side-list li.side-row[data-id='{other}'][data-pinned='1']")
     shot(page, "web-session")
 
     page.goto(f"{server.url}/")

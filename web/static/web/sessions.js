@@ -1,8 +1,11 @@
 // The session list (web.md, Sessions): newest activity first, search and status filter,
 // live through GET /v1/sessions/updates. The search box asks the server as you type
 // (GET /v1/sessions?search_query=, debounced): titles and what was said; a result opens
-// its session at the first matching item.
+// its session at the first matching item. "Show: Archived" (`?view=archived`) lists the
+// archived sessions instead (`archived=1`); each row's ⋯ menu pins, archives or
+// unarchives and deletes (session_menu.js).
 import { api, get } from "./api.js";
+import { rowMenu } from "./session_menu.js";
 import { EventStream } from "./sse.js";
 import { el, isoTime, relativeTime, showError } from "./util.js";
 
@@ -11,6 +14,11 @@ const empty = document.getElementById("empty");
 const search = document.getElementById("search");
 const statusFilter = document.getElementById("status-filter");
 const live = document.getElementById("live");
+const viewFilter = document.getElementById("view-filter");
+const listError = document.getElementById("list-error");
+const emptyArchived = document.getElementById("empty-archived");
+viewFilter.value = new URLSearchParams(window.location.search).get("view") === "archived" ? "archived" : "";
+const archivedView = () => viewFilter.value === "archived";
 
 const searchNote = document.getElementById("search-note");
 const importForm = document.getElementById("import-form");
@@ -24,10 +32,38 @@ let searchTimer = null;
 let searchRound = 0; // an answer to an older query than the box holds is dropped
 
 async function reload() {
-  const page = await get("/v1/sessions?limit=1000&sort_by=updated_at&order=desc");
+  const view = viewFilter.value;
+  const page = await get(
+    `/v1/sessions?limit=1000&sort_by=updated_at&order=desc${view === "archived" ? "&archived=1" : ""}`,
+  );
+  if (view !== viewFilter.value) return; // the view changed meanwhile: its own load draws
   rows.clear();
   for (const row of page.data) rows.set(row.id, row);
+  document.body.dataset.view = view || "active";
   render();
+}
+
+// A row belongs to the view it is shown in: archived rows to "Archived", the rest to the
+// default list. A live event or a menu action moves a row out of the view it left.
+const inView = (row) => Boolean(row.archived) === archivedView();
+
+function keep(row) {
+  if (inView(row)) rows.set(row.id, row);
+  else rows.delete(row.id);
+  if (results) {
+    results = results
+      .map((found) =>
+        found.id === row.id
+          ? { ...row, search_snippet: found.search_snippet, search_item_id: found.search_item_id }
+          : found,
+      )
+      .filter(inView);
+  }
+}
+
+function forget(sessionId) {
+  rows.delete(sessionId);
+  if (results) results = results.filter((row) => row.id !== sessionId);
 }
 
 function matches(row) {
@@ -51,7 +87,8 @@ async function runSearch(query) {
   const round = ++searchRound;
   const path =
     "/v1/sessions?limit=100&sort_by=updated_at&order=desc&search_query=" +
-    encodeURIComponent(query);
+    encodeURIComponent(query) +
+    (archivedView() ? "&archived=1" : "");
   try {
     const page = await get(path);
     if (round !== searchRound) return;
@@ -99,7 +136,7 @@ function item(row) {
           title: `${pending} pending approval(s)`,
           text: `${pending} to approve`,
         })
-      : null,
+      : el("span"),
     row.runner_id
       ? el("span", {
           class: "dot",
@@ -115,6 +152,18 @@ function item(row) {
       dataset: { ts: row.updated_at },
       text: relativeTime(row.updated_at),
     }),
+    rowMenu(row, {
+      onChange(changed) {
+        showError(listError, null);
+        keep(changed);
+        render();
+      },
+      onDeleted(sessionId) {
+        forget(sessionId);
+        render();
+      },
+      onError: (error) => showError(listError, error),
+    }),
   );
 }
 
@@ -124,24 +173,17 @@ function render() {
     [...rows.values()].sort((a, b) => b.updated_at - a.updated_at || (a.id < b.id ? 1 : -1));
   const shown = sorted.filter(matches);
   list.replaceChildren(...shown.map(item));
-  empty.hidden = rows.size > 0 || results !== null;
+  empty.hidden = rows.size > 0 || results !== null || archivedView();
+  emptyArchived.hidden = rows.size > 0 || results !== null || !archivedView();
 }
 
 function onEvent(event) {
   if (event.type === "session.added" || event.type === "session.updated") {
-    rows.set(event.session.id, event.session);
-    if (results) {
-      // A found row stays found, with its snippet; its other fields follow live.
-      results = results.map((row) =>
-        row.id === event.session.id
-          ? { ...event.session, search_snippet: row.search_snippet, search_item_id: row.search_item_id }
-          : row,
-      );
-    }
+    // A found row stays found, with its snippet; its other fields follow live.
+    keep(event.session);
     render();
   } else if (event.type === "session.removed") {
-    rows.delete(event.session_id);
-    if (results) results = results.filter((row) => row.id !== event.session_id);
+    forget(event.session_id);
     render();
   } else if (event.type === "session.resync") {
     reload();
@@ -166,6 +208,17 @@ importForm.addEventListener("submit", async (event) => {
   }
 });
 statusFilter.addEventListener("change", render);
+viewFilter.addEventListener("change", () => {
+  const url = new URL(window.location.href);
+  if (archivedView()) url.searchParams.set("view", "archived");
+  else url.searchParams.delete("view");
+  window.history.replaceState(null, "", url);
+  rows.clear();
+  results = null;
+  render();
+  if (search.value.trim()) runSearch(search.value.trim());
+  reload().catch((error) => showError(listError, error));
+});
 setInterval(() => {
   for (const node of list.querySelectorAll("time[data-ts]")) {
     node.textContent = relativeTime(Number(node.dataset.ts));
