@@ -441,7 +441,7 @@ class McpServer:
         *,
         name: str = "",
         elicit: ElicitHandler | None = None,
-    ) -> str:
+    ) -> McpOutput:
         """Call ``tool`` with ``arguments``; the output the model sees. Never raises but
         ``CancelledError``; every failure is a ``{"error": ...}`` output."""
         client = self._client
@@ -636,18 +636,54 @@ def _import_sdk() -> None:
 
 # --- results ------------------------------------------------------------------------------
 
+# Image types every model API that takes images accepts, with the bytes each starts with.
+IMAGE_SIGNATURES: dict[str, tuple[bytes, ...]] = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),  # and "WEBP" at offset 8, checked below
+}
+MAX_IMAGE_BYTES = 256 * 1024  # the images of one output together, decoded
 
-def render_result(result: Any) -> str:
+
+@dataclass(frozen=True)
+class McpOutput:
+    """A call's output: the text the transcript stores as ``output`` and the images
+    (``input_image`` parts with data URIs) the model is shown next to it."""
+
+    text: str
+    images: tuple[dict[str, str], ...] = ()
+
+
+def render_result(result: Any) -> McpOutput:
     """A ``CallToolResult`` as the model's output (mcp.md): text blocks joined by
-    newlines, an image as ``[image: <mime>, <n> bytes]``, ``Error: `` first for
-    ``isError``, cut past 256 KiB of UTF-8 with a note."""
+    newlines, an image as ``[image: <mime>, <n> bytes]`` in the text and, when it is a
+    PNG, JPEG, GIF or WebP within the output's 256 KiB of images, as an image too;
+    ``Error: `` first for ``isError``; the text cut past 256 KiB of UTF-8 with a note."""
     parts: list[str] = []
+    images: list[dict[str, str]] = []
+    budget = MAX_IMAGE_BYTES
     for block in result.content or []:
         kind = getattr(block, "type", "")
         if kind == "text":
             parts.append(block.text)
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind}: {block.mime_type}, {_decoded_size(block.data)} bytes]")
+        elif kind == "image":
+            raw = _decoded(block.data)
+            mime = str(block.mime_type or "").lower()
+            size = len(raw) if raw is not None else len(block.data)
+            why = _image_refusal(mime, raw, budget)
+            if why is None:
+                assert raw is not None
+                budget -= len(raw)
+                encoded = base64.b64encode(raw).decode("ascii")
+                images.append({"type": "input_image", "image_url": f"data:{mime};base64,{encoded}"})
+                parts.append(f"[image: {block.mime_type}, {size} bytes]")
+            else:
+                parts.append(
+                    f"[image: {block.mime_type}, {size} bytes; not shown to the model: {why}]"
+                )
+        elif kind == "audio":
+            parts.append(f"[audio: {block.mime_type}, {_decoded_size(block.data)} bytes]")
         elif kind == "resource":
             resource = block.resource
             text = getattr(resource, "text", None)
@@ -659,7 +695,23 @@ def render_result(result: Any) -> str:
     text = "\n".join(parts)
     if result.is_error:
         text = "Error: " + text
-    return cut_output(text)
+    return McpOutput(text=cut_output(text), images=tuple(images))
+
+
+def _image_refusal(mime: str, raw: bytes | None, budget: int) -> str | None:
+    """Why an image block is not passed to the model, or None when it is."""
+    signatures = IMAGE_SIGNATURES.get(mime)
+    if signatures is None:
+        return "only PNG, JPEG, GIF and WebP images are"
+    if (
+        raw is None
+        or not raw.startswith(signatures)
+        or (mime == "image/webp" and raw[8:12] != b"WEBP")
+    ):
+        return f"the data is not a {mime} image"
+    if len(raw) > budget:
+        return f"the images of one tool output are limited to {MAX_IMAGE_BYTES // 1024} KiB"
+    return None
 
 
 def cut_output(text: str, limit: int = MAX_OUTPUT_BYTES) -> str:
@@ -671,12 +723,17 @@ def cut_output(text: str, limit: int = MAX_OUTPUT_BYTES) -> str:
     return f"{kept}\n[output cut: {cut} more bytes of {len(data)}]"
 
 
-def _decoded_size(data: str) -> int:
+def _decoded(data: str) -> bytes | None:
     try:
-        return len(base64.b64decode(data, validate=False))
+        return base64.b64decode(data, validate=False)
     except (binascii.Error, ValueError):
-        return len(data)
+        return None
 
 
-def _error(message: str) -> str:
-    return json.dumps({"error": message}, ensure_ascii=False)
+def _decoded_size(data: str) -> int:
+    raw = _decoded(data)
+    return len(raw) if raw is not None else len(data)
+
+
+def _error(message: str) -> McpOutput:
+    return McpOutput(text=json.dumps({"error": message}, ensure_ascii=False))

@@ -3,7 +3,7 @@
 ``python -m testing.mcp_server`` serves over stdio; ``--http`` serves Streamable HTTP on
 127.0.0.1 (``--port 0``: a free port) and prints ``MCP_URL <url>`` once it listens.
 Its tools cover what mcp.md asks the runner to handle: text (``echo``), an image
-(``image``), an error result (``fail``), a slow call (``slow``), a server that dies
+(``image``, with a BMP and a large one on request), an error result (``fail``), a slow call (``slow``), a server that dies
 mid-call (``crash``), and a question to the person (``confirm``: ``elicitation/create``
 on older protocol versions, an ``input_required`` result on the current one).
 ``--hang`` never answers ``initialize`` (a server that hangs at start); ``--linger``
@@ -59,9 +59,18 @@ def build_server(name: str = "testmcp") -> MCPServer:
     def echo(text: str) -> str:
         return text
 
-    @server.tool(description="Return a 1x1 PNG image and a caption.", structured_output=False)
-    def image() -> list[object]:
-        return ["a pixel", Image(data=PNG_1X1, format="png")]
+    @server.tool(
+        description="Return a caption and a 1x1 PNG image; optionally also a BMP image and "
+        "a PNG of the given size in KiB (a PNG header, then zeros).",
+        structured_output=False,
+    )
+    def image(bmp: bool = False, big_kib: int = 0) -> list[object]:
+        result: list[object] = ["a pixel", Image(data=PNG_1X1, format="png")]
+        if bmp:
+            result.append(Image(data=b"BM" + bytes(64), format="bmp"))
+        if big_kib:
+            result.append(Image(data=PNG_1X1[:8] + bytes(big_kib * 1024 - 8), format="png"))
+        return result
 
     @server.tool(description="Always fail with the given message.")
     def fail(message: str = "it failed") -> str:
