@@ -25,14 +25,16 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import contextvars
 import ipaddress
 import json
 import logging
+import math
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, TypeAlias
@@ -138,6 +140,147 @@ class StartError(Exception):
     """A server that cannot be started; the message is safe to show (no secret)."""
 
 
+@dataclass(eq=False)
+class _Call:
+    """One call in flight on a server: its task, deadline and question handler."""
+
+    task: asyncio.Task[Any]
+    deadline: float  # loop time; inf while a person answers the server's question
+    elicit: ElicitHandler | None
+    cancelling: int  # the task's cancel requests when the call began
+    expired: bool = False
+
+
+# The call the current task is making (the current protocol's questions are asked in it).
+_CURRENT_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
+    "omnigent_mcp_call", default=None
+)
+
+
+class CallClock:
+    """The deadlines of one server's calls in flight, kept by a single loop timer.
+
+    Beginning and ending a call costs two dict operations: the timer is armed only when
+    none is, and is neither moved nor cancelled when a call ends early. When it fires it
+    cancels the calls whose deadline passed (:meth:`timed_out` tells their
+    ``CancelledError`` apart from any other) and re-arms itself at the earliest deadline
+    left; with no call left it goes quiet until the next call. So a server called in a
+    row costs one wake-up per ``timeout`` at most, not a timer per call. Deadlines of one
+    server only grow (one ``timeout`` per server), so a new call never needs the timer
+    moved earlier; a call whose question a person is answering has no deadline, and gets
+    the timer armed again when it resumes if none is.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[_Call, None] = {}  # in beginning order
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def begin(self, timeout: float, elicit: ElicitHandler | None) -> _Call:
+        task = asyncio.current_task()
+        assert task is not None
+        record = _Call(
+            task=task,
+            deadline=task.get_loop().time() + timeout,
+            elicit=elicit,
+            cancelling=task.cancelling(),
+        )
+        self._calls[record] = None
+        self._arm(record.deadline)
+        return record
+
+    def end(self, record: _Call) -> None:
+        self._calls.pop(record, None)
+
+    def close(self) -> None:
+        """Drop the timer (the server stopped)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def timed_out(self, record: _Call) -> bool:
+        """Whether ``record``'s ``CancelledError`` is its deadline's (and only that)."""
+        return record.expired and record.task.uncancel() <= record.cancelling
+
+    def only(self) -> _Call | None:
+        """The one call in flight, if exactly one is."""
+        return next(iter(self._calls)) if len(self._calls) == 1 else None
+
+    @contextlib.contextmanager
+    def paused(self, record: _Call) -> Iterator[None]:
+        """Stop ``record``'s clock (a person is answering); it resumes with the time
+        left it had."""
+        loop = record.task.get_loop()
+        began, deadline = loop.time(), record.deadline
+        record.deadline = math.inf
+        try:
+            yield
+        finally:
+            record.deadline = deadline + (loop.time() - began)
+            if record in self._calls:
+                self._arm(record.deadline)
+
+    def _arm(self, when: float) -> None:
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        if not self._calls:
+            return
+        now = asyncio.get_running_loop().time()
+        for record in list(self._calls):
+            if record.deadline <= now and not record.expired:
+                record.expired = True
+                record.task.cancel()
+        earliest = min((r.deadline for r in self._calls if not r.expired), default=math.inf)
+        if earliest != math.inf:
+            self._arm(earliest)
+
+
+class _WatchedReadStream:
+    """A transport's read stream that calls ``on_end`` when it ends (the server's output
+    closed), so a server that exits while idle is seen at once."""
+
+    def __init__(self, stream: Any, on_end: Callable[[], None]) -> None:
+        self._stream = stream
+        self._on_end = on_end
+
+    async def receive(self) -> Any:
+        import anyio
+
+        try:
+            return await self._stream.receive()
+        except anyio.EndOfStream:
+            self._on_end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        import anyio
+
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+    def __getattr__(self, name: str) -> Any:  # ``last_context`` and the like
+        return getattr(self._stream, name)
+
+
 @dataclass
 class McpServer:
     """One declared server of one session: its connection, state and tools."""
@@ -154,8 +297,7 @@ class McpServer:
     _client: Any = field(default=None, repr=False)
     _task: asyncio.Task[None] | None = field(default=None, repr=False)
     _stop: asyncio.Event | None = field(default=None, repr=False)
-    _elicit: ElicitHandler | None = field(default=None, repr=False)
-    _call_timer: asyncio.Timeout | None = field(default=None, repr=False)
+    _calls: CallClock = field(default_factory=lambda: CallClock(), repr=False)
     _errlog: IO[str] | None = field(default=None, repr=False)
     _expanded: set[str] = field(default_factory=set, repr=False)  # values ${NAME} became
 
@@ -227,6 +369,7 @@ class McpServer:
                 task.cancel()
                 await asyncio.wait([task], timeout=_STOP_TIMEOUT_S)
         self._close_errlog()
+        self._calls.close()
         if report and self.status != "stopped":
             self.tools = []
             self._set("stopped", None)
@@ -268,8 +411,8 @@ class McpServer:
         """The SDK transport for the declaration, with ``${NAME}`` expanded."""
         spec = self.spec
         if spec.transport == "stdio":
-            async with self._stdio_transport() as streams:
-                yield streams
+            async with self._stdio_transport() as (read, write):
+                yield _WatchedReadStream(read, self._output_closed), write
             return
         assert spec.url is not None
         url = self._expand(spec.url)
@@ -432,6 +575,19 @@ class McpServer:
         if self.status == "ready":
             self._set("failed", f"exited: {message}")
 
+    def _output_closed(self) -> None:
+        """A stdio server's output ended: it exited (or closed it, which is as fatal).
+        Reported at once, also while no call is running, rather than at the next call;
+        a call in flight reports it too and leaves the connection itself."""
+        stop = self._stop
+        if self._client is None or stop is None or stop.is_set() or self.status != "ready":
+            return
+        tail = self._stderr_tail()
+        message = "the server closed its output"
+        self._died(self._scrub(f"{message} (stderr: {tail})" if tail else message))
+        if not self._calls:
+            asyncio.get_running_loop().create_task(self._reap())
+
     # --- calls ----------------------------------------------------------------------------
 
     async def call(
@@ -453,16 +609,14 @@ class McpServer:
         from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED
 
-        self._elicit = elicit
-        timer = asyncio.timeout(self.spec.timeout)
-        self._call_timer = timer
+        record = self._calls.begin(self.spec.timeout, elicit)
+        token = _CURRENT_CALL.set(record)
         try:
-            async with timer:
-                result = await client.call_tool(tool.remote, arguments)
-        except TimeoutError:
-            if not timer.expired():
-                raise
-            return _error(f"MCP call timed out after {self.spec.timeout:g} s")
+            result = await client.call_tool(tool.remote, arguments)
+        except asyncio.CancelledError:
+            if self._calls.timed_out(record):
+                return _error(f"MCP call timed out after {self.spec.timeout:g} s")
+            raise
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 message = self._describe(exc)
@@ -475,8 +629,8 @@ class McpServer:
             logger.warning("MCP call %s failed: %s", tool.name, message)
             return _error(f"MCP server {self.name}: {message}")
         finally:
-            self._elicit = None
-            self._call_timer = None
+            _CURRENT_CALL.reset(token)
+            self._calls.end(record)
         return render_result(result)
 
     async def _reap(self) -> None:
@@ -486,24 +640,24 @@ class McpServer:
         self.status, self.error = status, error
 
     async def _on_elicit(self, context: Any, params: Any) -> Any:
-        """The SDK's elicitation callback: a form question goes to the turn's gate,
-        with the call's own deadline stopped while a person thinks."""
+        """The SDK's elicitation callback: a form question goes to the turn's gate of
+        the call it belongs to, with that call's deadline stopped while a person thinks.
+
+        The current protocol's question (an ``input_required`` result) is handled inside
+        the call's own task, so the call is known from its context; an older server's
+        ``elicitation/create`` arrives on the connection's reader, so it belongs to the
+        one call in flight, and is declined when several are (a shared server)."""
         from mcp_types import ElicitRequestFormParams, ElicitResult
 
-        handler = self._elicit
-        if handler is None or not isinstance(params, ElicitRequestFormParams):
+        record = _CURRENT_CALL.get() or self._calls.only()
+        if record is None or record.elicit is None:
             return ElicitResult(action="decline")
-        timer = self._call_timer
-        deadline = timer.when() if timer is not None else None
-        loop = asyncio.get_running_loop()
-        began = loop.time()
-        if timer is not None and deadline is not None:
-            timer.reschedule(None)
-        try:
-            action, content = await handler(params.message, dict(params.requested_schema or {}))
-        finally:
-            if timer is not None and deadline is not None:
-                timer.reschedule(deadline + (loop.time() - began))
+        if not isinstance(params, ElicitRequestFormParams):
+            return ElicitResult(action="decline")
+        with self._calls.paused(record):
+            action, content = await record.elicit(
+                params.message, dict(params.requested_schema or {})
+            )
         if action == "accept":
             return ElicitResult(action="accept", content=content or {})
         return ElicitResult(action=action)

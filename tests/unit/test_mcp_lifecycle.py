@@ -1,0 +1,223 @@
+"""The runner's MCP servers over time (mcp.md, "Lifecycle on the runner"): a server that
+exits while idle, call deadlines kept by one timer per server, and servers shared by
+sessions. Real stdio servers (the standard-library one starts in milliseconds)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from omnigent_runner.mcp_servers import CallClock, McpHub, McpSettings
+from omnigent_runner.mcp_spec import McpServerSpec
+
+pytestmark = pytest.mark.timeout(120)
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = str(REPO / "testing" / "mcp_tiny_server.py")
+ENV = {"PATH": os.environ.get("PATH", "")}
+
+
+def tiny(name: str = "t", timeout: float = 120.0, *args: str) -> McpServerSpec:
+    return McpServerSpec(
+        name=name, transport="stdio", command=sys.executable, args=(TINY, *args), timeout=timeout
+    )
+
+
+class Reports:
+    """A hub's ``report`` callback whose reports can be awaited."""
+
+    def __init__(self) -> None:
+        self.seen: list[dict[str, dict[str, Any]]] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, servers: dict[str, dict[str, Any]]) -> None:
+        self.seen.append(servers)
+        self._changed.set()
+
+    async def wait(self, name: str, status: str, deadline_s: float = 60) -> dict[str, Any]:
+        async with asyncio.timeout(deadline_s):
+            while True:
+                for servers in self.seen:
+                    if servers.get(name, {}).get("status") == status:
+                        return servers[name]
+                self._changed.clear()
+                await self._changed.wait()
+
+
+def make_hub(specs: list[McpServerSpec], tmp_path: Path) -> tuple[McpHub, Reports]:
+    reports = Reports()
+    hub = McpHub(
+        specs,
+        cwd=tmp_path,
+        settings=McpSettings(),
+        env=ENV,
+        report=reports,
+        starts=asyncio.Semaphore(4),
+    )
+    return hub, reports
+
+
+def server_processes() -> list[int]:
+    """Live children of this process running the tiny server."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] != "Z" and b"mcp_tiny_server" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+async def ready_tool(hub: McpHub, name: str) -> tuple[Any, Any]:
+    await asyncio.wait_for(hub.ready(), 60)
+    found = hub.find(name)
+    assert found is not None and found[1] is not None, hub.states()
+    return found
+
+
+# --- a server that exits while idle ----------------------------------------------------------
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+async def test_a_server_that_exits_while_idle_is_reported_at_once(tmp_path: Path) -> None:
+    hub, reports = make_hub([tiny()], tmp_path)
+    hub.open()
+    server, leave = await ready_tool(hub, "t__leave")
+    connection = server._task
+    assert connection is not None
+    assert (await server.call(leave, {"seconds": 0.3})).text == "leaving"
+    assert hub.states()["t"]["status"] == "ready"
+    # No further call: the exit is seen on the server's output.
+    failed = await reports.wait("t", "failed")
+    assert failed["error"].startswith("exited: the server closed its output")
+    assert "tiny server: leaving on request" in failed["error"]
+    assert hub.tools() == []
+    # The dead connection is left (its task ends once the SDK reaped the process) ...
+    await asyncio.wait_for(asyncio.shield(connection), 30)
+    assert server._task is None and server_processes() == []
+    assert hub.states()["t"]["status"] == "failed"
+    # ... and the next turn but the first restarts it, as for any failed server.
+    await hub.begin_turn()
+    await hub.begin_turn()
+    server, echo = await ready_tool(hub, "t__echo")
+    assert (await server.call(echo, {"text": "back"})).text == "back"
+    await hub.close()
+    assert server_processes() == []
+
+
+# --- call deadlines --------------------------------------------------------------------------
+
+
+async def test_calls_in_a_row_arm_the_timer_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    call_at = loop.call_at
+
+    def counting(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+        armed.append(when)
+        return call_at(when, callback, *args, **kwargs)
+
+    monkeypatch.setattr(loop, "call_at", counting)
+    clock = CallClock()
+    for _ in range(1000):
+        record = clock.begin(60, None)
+        clock.end(record)
+    monkeypatch.undo()
+    assert len(armed) == 1
+    assert len(clock) == 0
+    clock.close()
+
+
+async def test_the_timer_cancels_expired_calls_and_re_arms_for_the_next() -> None:
+    clock = CallClock()
+
+    async def one(timeout: float, wait: float, pause: float = 0.0) -> tuple[str, float]:
+        started = time.monotonic()
+        record = clock.begin(timeout, None)
+        try:
+            if pause:
+                with clock.paused(record):
+                    await asyncio.sleep(pause)
+            await asyncio.sleep(wait)
+        except asyncio.CancelledError:
+            if clock.timed_out(record):
+                return "timed out", time.monotonic() - started
+            raise
+        finally:
+            clock.end(record)
+        return "done", time.monotonic() - started
+
+    async def later(delay: float, timeout: float, wait: float) -> tuple[str, float]:
+        await asyncio.sleep(delay)
+        return await one(timeout, wait)
+
+    results = await asyncio.gather(
+        one(0.3, 30),  # expires first
+        later(0.2, 0.6, 30),  # begins later; its deadline is the re-armed timer's
+        one(0.3, 0.01),  # ends early: the timer stays armed, fires, finds nothing of it
+        one(0.3, 0.1, pause=0.6),  # a person answers for longer than its timeout
+    )
+    assert [r[0] for r in results] == ["timed out", "timed out", "done", "done"]
+    assert 0.3 <= results[0][1] < 5
+    assert 0.6 <= results[1][1] < 5
+    clock.close()
+
+
+async def test_an_outside_cancel_is_not_a_timeout() -> None:
+    clock = CallClock()
+    record: Any = None
+    began = asyncio.Event()
+
+    async def call() -> None:
+        nonlocal record
+        record = clock.begin(60, None)
+        began.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            assert not clock.timed_out(record)
+            raise
+        finally:
+            clock.end(record)
+
+    task = asyncio.create_task(call())
+    await began.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    clock.close()
+
+
+async def test_concurrent_calls_on_one_server_time_out_each_on_its_own(tmp_path: Path) -> None:
+    hub, _ = make_hub([tiny(timeout=1.0)], tmp_path)
+    hub.open()
+    server, slow = await ready_tool(hub, "t__slow")
+    echo = hub.find("t__echo")[1]  # type: ignore[index]
+
+    async def late_slow() -> Any:
+        await asyncio.sleep(0.5)
+        started = time.monotonic()
+        output = await server.call(slow, {"seconds": 30})
+        return output, time.monotonic() - started
+
+    first, second, *echoes = await asyncio.gather(
+        server.call(slow, {"seconds": 30}),
+        late_slow(),
+        *(server.call(echo, {"text": f"e{n}"}) for n in range(5)),
+    )
+    assert first.text == '{"error": "MCP call timed out after 1 s"}'
+    assert second[0].text == first.text and second[1] >= 1.0
+    assert [output.text for output in echoes] == [f"e{n}" for n in range(5)]
+    assert hub.states()["t"]["status"] == "ready"
+    await hub.close()
