@@ -293,7 +293,7 @@ class McpServer:
     status: Status = "stopped"
     error: str | None = None
     tools: list[McpTool] = field(default_factory=list)
-    last_attempt_turn: int = 0
+    _starting: asyncio.Task[None] | None = field(default=None, repr=False)
     _client: Any = field(default=None, repr=False)
     _task: asyncio.Task[None] | None = field(default=None, repr=False)
     _stop: asyncio.Event | None = field(default=None, repr=False)
@@ -317,6 +317,15 @@ class McpServer:
         return entry
 
     # --- starting and stopping ----------------------------------------------------------
+
+    async def ensure_started(self) -> None:
+        """Start unless ready, or join the start in progress (a shared server's other
+        sessions may be starting it); returns when that start is over."""
+        if self.status == "ready":
+            return
+        if self._starting is None or self._starting.done():
+            self._starting = asyncio.create_task(self.start(), name=f"mcp-start-{self.name}")
+        await asyncio.shield(self._starting)
 
     async def start(self) -> None:
         """Connect (and for stdio, launch), then list the tools; never raises. Bounded
@@ -663,11 +672,67 @@ class McpServer:
         return ElicitResult(action=action)
 
 
+class SharedMcpServers:
+    """The runner's stdio servers declared ``shared: true`` (mcp.md): one process for
+    the sessions whose declarations are identical, counted by the hubs that hold it.
+
+    The key is the bundle's bytes (digest), the whole declaration and the working
+    directory, so a process is never shared across bundles, folders or any difference
+    in command, arguments or environment. Every state change of a shared server (a
+    crash too) is reported to each holder; the last holder to let go stops it.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, ...], tuple[McpServer, set[McpHub]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @staticmethod
+    def key(spec: McpServerSpec, *, bundle: str, cwd: Path) -> tuple[str, ...]:
+        declaration = repr((spec.name, spec.identity(), spec.tools, spec.timeout))
+        return (bundle, declaration, str(cwd))
+
+    def acquire(
+        self, key: tuple[str, ...], hub: McpHub, make: Callable[[], McpServer]
+    ) -> McpServer:
+        entry = self._entries.get(key)
+        if entry is None:
+            server = make()
+            holders: set[McpHub] = set()
+
+            def changed() -> None:
+                for holder in list(holders):
+                    holder._changed()
+
+            server.on_change = changed
+            entry = self._entries[key] = (server, holders)
+        entry[1].add(hub)
+        return entry[0]
+
+    async def release(self, key: tuple[str, ...], hub: McpHub) -> None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        server, holders = entry
+        holders.discard(hub)
+        if holders:
+            return
+        del self._entries[key]
+        starting = server._starting
+        if starting is not None and not starting.done():
+            starting.cancel()
+            await asyncio.wait([starting], timeout=_STOP_TIMEOUT_S)
+        await server.stop()
+
+
 class McpHub:
     """A session's MCP servers: started together, offered to the model, stopped together.
 
     ``report`` receives the ``servers`` value of ``session.mcp_status`` on every change.
     ``starts`` bounds how many servers start at once on the runner (shared by sessions).
+    With ``shared`` (the runner's registry) and ``bundle`` (a digest of the bundle's
+    bytes), stdio servers declared ``shared: true`` come from the registry.
     """
 
     def __init__(
@@ -679,15 +744,30 @@ class McpHub:
         env: Mapping[str, str],
         report: Callable[[dict[str, dict[str, Any]]], None],
         starts: asyncio.Semaphore,
+        shared: SharedMcpServers | None = None,
+        bundle: str = "",
     ) -> None:
         self._report = report
         self._starts = starts
         self._turns = 0
         self._closed = False
-        self.servers = [
-            McpServer(spec=spec, cwd=cwd, settings=settings, env=env, on_change=self._changed)
-            for spec in specs
-        ]
+        self._shared = shared
+        self._keys: dict[str, tuple[str, ...]] = {}  # shared servers' registry keys
+        self._attempts: dict[str, int] = {}  # server name -> turn of its last restart
+        self.servers: list[McpServer] = []
+        for spec in specs:
+
+            def make(spec: McpServerSpec = spec) -> McpServer:
+                return McpServer(
+                    spec=spec, cwd=cwd, settings=settings, env=env, on_change=self._changed
+                )
+
+            if shared is not None and spec.shared and spec.transport == "stdio":
+                key = SharedMcpServers.key(spec, bundle=bundle, cwd=cwd)
+                self._keys[spec.name] = key
+                self.servers.append(shared.acquire(key, self, make))
+            else:
+                self.servers.append(make())
         self._opening: asyncio.Task[None] | None = None
 
     def open(self) -> None:
@@ -708,11 +788,11 @@ class McpHub:
             server
             for server in self.servers
             if server.status in ("failed", "stopped")
-            and not (self._turns == 1 and server.last_attempt_turn == 0)
-            and server.last_attempt_turn < self._turns
+            and not (self._turns == 1 and self._attempts.get(server.name, 0) == 0)
+            and self._attempts.get(server.name, 0) < self._turns
         ]
         for server in again:
-            server.last_attempt_turn = self._turns
+            self._attempts[server.name] = self._turns
         if again:
             await self._start(again)
 
@@ -724,7 +804,7 @@ class McpHub:
         async def one(server: McpServer) -> None:
             async with self._starts:
                 if not self._closed:
-                    await server.start()
+                    await server.ensure_started()
 
         await asyncio.gather(*(one(server) for server in servers))
 
@@ -751,15 +831,38 @@ class McpHub:
         return self.find(name) is not None
 
     def states(self) -> dict[str, dict[str, Any]]:
-        return {server.name: server.state() for server in self.servers}
+        """Each server's state; once this hub is closed, a shared server another session
+        still holds is ``stopped`` as far as this session goes."""
+        states = {}
+        for server in self.servers:
+            if self._closed and server.name in self._keys:
+                states[server.name] = {
+                    "status": "stopped",
+                    "transport": server.spec.transport,
+                    "tools": [],
+                }
+            else:
+                states[server.name] = server.state()
+        return states
 
     async def close(self) -> None:
-        """Stop every server (in parallel); their process groups go with them."""
+        """Stop every server (in parallel); their process groups go with them. A shared
+        server is let go, and stopped only by its last holder."""
         self._closed = True
         if self._opening is not None and not self._opening.done():
             self._opening.cancel()
             await asyncio.wait([self._opening], timeout=_STOP_TIMEOUT_S)
-        await asyncio.gather(*(server.stop() for server in self.servers))
+
+        async def one(server: McpServer) -> None:
+            key = self._keys.get(server.name)
+            if key is None or self._shared is None:
+                await server.stop()
+            else:
+                await self._shared.release(key, self)
+
+        await asyncio.gather(*(one(server) for server in self.servers))
+        if self._keys:
+            self._changed()
 
     def _changed(self) -> None:
         try:

@@ -15,6 +15,13 @@ import pytest
 
 from omnigent_runner.mcp_servers import CallClock, McpHub, McpSettings
 from omnigent_runner.mcp_spec import McpServerSpec
+from tests.unit import test_agent_executor as base
+from tests.unit.test_agent_executor import agent, agent_yaml, call, user
+
+# The agent loop's fixtures: the in-process mock LLM, a workspace, executors.
+mock = base.mock
+workspace = base.workspace
+make_executor = base.make_executor
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -221,3 +228,102 @@ async def test_concurrent_calls_on_one_server_time_out_each_on_its_own(tmp_path:
     assert [output.text for output in echoes] == [f"e{n}" for n in range(5)]
     assert hub.states()["t"]["status"] == "ready"
     await hub.close()
+
+
+# --- servers shared by sessions ------------------------------------------------------------
+
+
+def shared_yaml(base_url: str, comment: str = "") -> str:
+    server = f"    type: mcp\n    command: {sys.executable}\n    args: [{TINY!r}]\n"
+    return (
+        agent_yaml(base_url, os_env=".")
+        + comment
+        + f"tools:\n  s:\n{server}    shared: true\n  own:\n{server}"
+    )
+
+
+def session_status(sink: Any, session_id: str, name: str, status: str) -> Any:
+    def seen() -> bool:
+        return any(
+            sid == session_id
+            and event["type"] == "session.mcp_status"
+            and event["servers"].get(name, {}).get("status") == status
+            for sid, event in sink.events
+        )
+
+    return seen
+
+
+async def wait_seen(sink: Any, seen: Any, deadline_s: float = 60) -> None:
+    await sink.wait_for(lambda event: seen(), timeout=deadline_s)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+async def test_a_shared_server_is_one_process_for_identical_declarations(
+    mock, make_executor, workspace
+) -> None:
+    executor, sink = make_executor(env=ENV)
+    yaml_text = shared_yaml(mock.base_url)
+    for sid in ("sess_a", "sess_b"):
+        await executor.open_session(session_id=sid, agent=agent(yaml_text), history=[])
+    for sid in ("sess_a", "sess_b"):
+        for name in ("s", "own"):
+            await wait_seen(sink, session_status(sink, sid, name, "ready"))
+    hubs = {sid: executor._sessions[sid].mcp for sid in ("sess_a", "sess_b")}
+    assert hubs["sess_a"].servers[0] is hubs["sess_b"].servers[0]  # type: ignore[union-attr]
+    assert hubs["sess_a"].servers[1] is not hubs["sess_b"].servers[1]  # type: ignore[union-attr]
+    assert len(server_processes()) == 3  # one shared, one own per session
+
+    # Another bundle (other bytes), an identical declaration: a process of its own.
+    other = shared_yaml(mock.base_url, comment="# another bundle\n")
+    await executor.open_session(
+        session_id="sess_c", agent=agent(other, agent_id="agent_2"), history=[]
+    )
+    await wait_seen(sink, session_status(sink, "sess_c", "s", "ready"))
+    assert len(server_processes()) == 5
+    await executor.close_session(session_id="sess_c")
+    assert len(server_processes()) == 3
+
+    # A crash during a's call is seen by b, which uses the same process.
+    mock.configure([{"tool_calls": [call("s__crash", {}, "c1")]}, {"text": "crashed"}])
+    await executor.start_turn(
+        session_id="sess_a", response_id="resp_1", input=[user("go")], tools=[]
+    )
+    await sink.wait_end("resp_1")
+    await wait_seen(sink, session_status(sink, "sess_b", "s", "failed"))
+    failed = [
+        e["servers"]["s"]
+        for sid, e in sink.events
+        if sid == "sess_b" and e["type"] == "session.mcp_status"
+    ][-1]
+    assert failed["error"].startswith("exited")
+    # a's next turn restarts it: b has it back too.
+    marker = len(sink.events)
+    mock.configure([{"text": "again"}])
+    await executor.start_turn(
+        session_id="sess_a", response_id="resp_2", input=[user("go")], tools=[]
+    )
+    await sink.wait_end("resp_2")
+    assert any(
+        sid == "sess_b"
+        and e["type"] == "session.mcp_status"
+        and e["servers"]["s"]["status"] == "ready"
+        for sid, e in sink.events[marker:]
+    )
+
+    # a closes: the process stays for b (a's view: stopped), and b's calls go on.
+    await executor.close_session(session_id="sess_a")
+    last_a = [e for sid, e in sink.events if sid == "sess_a" and e["type"] == "session.mcp_status"][
+        -1
+    ]
+    assert {name: state["status"] for name, state in last_a["servers"].items()} == {
+        "s": "stopped",
+        "own": "stopped",
+    }
+    assert len(server_processes()) == 2
+    server, echo = hubs["sess_b"].find("s__echo")  # type: ignore[union-attr,misc]
+    assert (await server.call(echo, {"text": "still here"})).text == "still here"
+    # The last holder stops it.
+    await executor.close_session(session_id="sess_b")
+    assert server_processes() == []
+    assert len(executor._mcp_shared) == 0
