@@ -379,10 +379,9 @@ def test_output_is_cut_past_256_kib() -> None:
     assert cut_output("short") == "short"
 
 
-@pytest.fixture
-def http_server() -> Iterator[str]:
+def serve(transport: str) -> Iterator[str]:
     process = subprocess.Popen(
-        [sys.executable, SERVER, "--http", "--port", "0"],
+        [sys.executable, SERVER, f"--{transport}", "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -395,6 +394,46 @@ def http_server() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    yield from serve("http")
+
+
+@pytest.fixture
+def sse_server() -> Iterator[str]:
+    yield from serve("sse")
+
+
+async def test_legacy_sse_server(mock, make_executor, sse_server) -> None:
+    """A url whose path ends ``/sse`` is the legacy SSE transport: tools, a call and an
+    image through it."""
+    assert sse_server.endswith("/sse")
+    mock.configure(
+        [
+            {
+                "tool_calls": [
+                    call("old__echo", {"text": "over sse"}, "c1"),
+                    call("old__image", {}, "c2"),
+                ]
+            },
+            {"text": "ok"},
+        ]
+    )
+    executor, sink = make_executor(env=ENV)
+    tools = f"  old:\n    type: mcp\n    url: {sse_server}\n"
+    await executor.open_session(
+        session_id=SID, agent=agent(mcp_agent(mock.base_url, tools)), history=[]
+    )
+    state = await status_of(sink, "old", "ready", "failed")
+    assert state["status"] == "ready" and state["transport"] == "sse", state
+    end = await run_turn(executor, sink, "resp_1")
+    assert end["status"] == "idle"
+    out = outputs(sink, "resp_1")
+    assert out["c1"] == "over sse"
+    assert out["c2"] == "a pixel\n[image: image/png, 70 bytes]"
+    await asyncio.wait_for(executor.close_session(session_id=SID), 30)
 
 
 async def test_streamable_http_server_with_an_expanded_header(mock, make_executor, http_server):
