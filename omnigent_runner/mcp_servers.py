@@ -327,6 +327,15 @@ class McpServer:
             self._starting = asyncio.create_task(self.start(), name=f"mcp-start-{self.name}")
         await asyncio.shield(self._starting)
 
+    async def shutdown(self) -> None:
+        """Stop for good: a start in progress is cancelled first (else it could launch
+        the server after the stop), then the connection is left."""
+        starting = self._starting
+        if starting is not None and not starting.done():
+            starting.cancel()
+            await asyncio.wait([starting], timeout=_STOP_TIMEOUT_S)
+        await self.stop()
+
     async def start(self) -> None:
         """Connect (and for stdio, launch), then list the tools; never raises. Bounded
         by ``settings.start_timeout_s``; a failure leaves ``status`` ``failed``."""
@@ -719,11 +728,7 @@ class SharedMcpServers:
         if holders:
             return
         del self._entries[key]
-        starting = server._starting
-        if starting is not None and not starting.done():
-            starting.cancel()
-            await asyncio.wait([starting], timeout=_STOP_TIMEOUT_S)
-        await server.stop()
+        await server.shutdown()
 
 
 class McpHub:
@@ -856,7 +861,7 @@ class McpHub:
         async def one(server: McpServer) -> None:
             key = self._keys.get(server.name)
             if key is None or self._shared is None:
-                await server.stop()
+                await server.shutdown()
             else:
                 await self._shared.release(key, self)
 

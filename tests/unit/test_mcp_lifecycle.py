@@ -123,6 +123,23 @@ async def test_a_server_that_exits_while_idle_is_reported_at_once(tmp_path: Path
     assert server_processes() == []
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("steps", range(8))
+async def test_a_hub_closed_while_its_servers_start_leaves_no_process(
+    tmp_path: Path, steps: int
+) -> None:
+    hub, _ = make_hub([tiny(), tiny("u")], tmp_path)
+    hub.open()
+    for _ in range(steps):  # close at different points of the start
+        await asyncio.sleep(0)
+    await hub.close()
+    starts = [server._starting for server in hub.servers if server._starting is not None]
+    if starts:  # a start that went on after the close would launch its server now
+        await asyncio.wait(starts, timeout=30)
+    assert server_processes() == []
+    assert all(state["status"] != "ready" for state in hub.states().values())
+
+
 # --- call deadlines --------------------------------------------------------------------------
 
 
