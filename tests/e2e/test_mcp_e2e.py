@@ -240,3 +240,38 @@ def test_policies_an_image_a_timeout_and_a_crash_then_the_session_closes(
         deadline_s=60,
         what="the MCP servers to stop after the session was deleted",
     )
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_runner_that_stops_stops_its_servers(
+    server: Server, runner: Runner, make_bundle: Callable[..., bytes]
+) -> None:
+    """SIGTERM: the runner's own shutdown stops every session's servers, a shared one too."""
+    tools = (
+        "os_env:\n  type: caller_process\n  cwd: .\n"
+        "tools:\n"
+        f"  a:\n    type: mcp\n    command: {sys.executable}\n    args: [{json.dumps(str(TINY))}]\n"
+        f"  b:\n    type: mcp\n    command: {sys.executable}\n    args: [{json.dumps(str(TINY))}]\n"
+        "    shared: true\n"
+    )
+    bundle = make_bundle(extra=tools)
+    sessions = [create_session(server, bundle) for _ in range(2)]
+    streams = []
+    for session_id in sessions:
+        stream = StreamReader(server, session_id)
+        stream.wait_connected()
+        streams.append(stream)
+        bind(server, session_id, runner.runner_id)
+    for stream in streams:
+        stream.wait_for(
+            lambda e: (
+                e.type == "session.mcp_status"
+                and [s["status"] for s in e.data["servers"].values()] == ["ready", "ready"]
+            ),
+            deadline_s=90,
+        )
+    # Two sessions: an own server each and one shared by both.
+    assert len(servers_in(runner.workspace)) == 3
+    assert runner.process is not None
+    assert runner.process.stop(sig=signal.SIGTERM) == 0
+    assert servers_in(runner.workspace) == []
