@@ -153,7 +153,7 @@ GATED_TOOLS = (
     "tools:\n"
     f"  t:\n    type: mcp\n    command: {sys.executable}\n    args: [{json.dumps(str(SERVER))}]\n"
     f"  tiny:\n    type: mcp\n    command: {sys.executable}\n    args: [{json.dumps(str(TINY))}]\n"
-    "    timeout: 1\n"
+    "    timeout: 3\n"
 )
 RULES = [
     {"name": "no-fail", "tools": ["*__fail"], "action": "deny", "reason": "never"},
@@ -214,7 +214,7 @@ def test_policies_an_image_a_timeout_and_a_crash_then_the_session_closes(
     assert items["c1"]["images"][0]["image_url"].startswith("data:image/png;base64,")
     assert json.loads(items["c2"]["output"]) == {"error": "denied by policy no-fail: never"}
     assert items["c3"]["output"] == "asked"
-    assert json.loads(items["c4"]["output"]) == {"error": "MCP call timed out after 1 s"}
+    assert json.loads(items["c4"]["output"]) == {"error": "MCP call timed out after 3 s"}
     assert json.loads(items["c5"]["output"])["error"].startswith("MCP server tiny exited")
     # What the model was sent after the calls: the image as an image.
     sent = {

@@ -103,7 +103,7 @@ async def test_a_server_that_exits_while_idle_is_reported_at_once(tmp_path: Path
     server, leave = await ready_tool(hub, "t__leave")
     connection = server._task
     assert connection is not None
-    assert (await server.call(leave, {"seconds": 0.3})).text == "leaving"
+    assert (await server.call(leave, {"seconds": 2.0})).text == "leaving"
     assert hub.states()["t"]["status"] == "ready"
     # No further call: the exit is seen on the server's output.
     failed = await reports.wait("t", "failed")
@@ -186,15 +186,16 @@ async def test_the_timer_cancels_expired_calls_and_re_arms_for_the_next() -> Non
         await asyncio.sleep(delay)
         return await one(timeout, wait)
 
+    # Margins of a second or more: a loaded machine may stall the loop for a while.
     results = await asyncio.gather(
-        one(0.3, 30),  # expires first
-        later(0.2, 0.6, 30),  # begins later; its deadline is the re-armed timer's
-        one(0.3, 0.01),  # ends early: the timer stays armed, fires, finds nothing of it
-        one(0.3, 0.1, pause=0.6),  # a person answers for longer than its timeout
+        one(1.0, 30),  # expires first
+        later(0.5, 1.5, 30),  # begins later; its deadline is the re-armed timer's
+        one(1.0, 0.01),  # ends early: the timer stays armed, fires, finds nothing of it
+        one(1.0, 0.05, pause=1.5),  # a person answers for longer than its timeout
     )
     assert [r[0] for r in results] == ["timed out", "timed out", "done", "done"]
-    assert 0.3 <= results[0][1] < 5
-    assert 0.6 <= results[1][1] < 5
+    assert 1.0 <= results[0][1] < 10
+    assert 1.5 <= results[1][1] < 10
     clock.close()
 
 
@@ -224,7 +225,7 @@ async def test_an_outside_cancel_is_not_a_timeout() -> None:
 
 
 async def test_concurrent_calls_on_one_server_time_out_each_on_its_own(tmp_path: Path) -> None:
-    hub, _ = make_hub([tiny(timeout=1.0)], tmp_path)
+    hub, _ = make_hub([tiny(timeout=3.0)], tmp_path)
     hub.open()
     server, slow = await ready_tool(hub, "t__slow")
     echo = hub.find("t__echo")[1]  # type: ignore[index]
@@ -240,8 +241,8 @@ async def test_concurrent_calls_on_one_server_time_out_each_on_its_own(tmp_path:
         late_slow(),
         *(server.call(echo, {"text": f"e{n}"}) for n in range(5)),
     )
-    assert first.text == '{"error": "MCP call timed out after 1 s"}'
-    assert second[0].text == first.text and second[1] >= 1.0
+    assert first.text == '{"error": "MCP call timed out after 3 s"}'
+    assert second[0].text == first.text and second[1] >= 3.0
     assert [output.text for output in echoes] == [f"e{n}" for n in range(5)]
     assert hub.states()["t"]["status"] == "ready"
     await hub.close()
