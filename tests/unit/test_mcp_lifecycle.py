@@ -345,3 +345,39 @@ async def test_a_shared_server_is_one_process_for_identical_declarations(
     await executor.close_session(session_id="sess_b")
     assert server_processes() == []
     assert len(executor._mcp_shared) == 0
+
+
+async def test_concurrent_questions_reach_their_own_calls(tmp_path: Path) -> None:
+    """Two calls in flight on one server (as on a shared one), each asked a question
+    (the current protocol's ``input_required``): each answer goes to its own call."""
+    spec = McpServerSpec(
+        name="t",
+        transport="stdio",
+        command=sys.executable,
+        args=(str(REPO / "testing" / "mcp_server.py"),),
+        env={"PYTHONPATH": str(REPO)},
+    )
+    hub, _ = make_hub([spec], tmp_path)
+    hub.open()
+    server, confirm = await ready_tool(hub, "t__confirm")
+    asked: dict[str, str] = {}
+    both_asked = asyncio.Event()
+
+    def answering(who: str) -> Any:
+        async def elicit(message: str, schema: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+            asked[who] = message
+            if len(asked) == 2:
+                both_asked.set()
+            await both_asked.wait()  # both questions are open at once
+            return "accept", {"confirm": who == "a", "note": who}
+
+        return elicit
+
+    a, b = await asyncio.gather(
+        server.call(confirm, {"question": "for a?"}, elicit=answering("a")),
+        server.call(confirm, {"question": "for b?"}, elicit=answering("b")),
+    )
+    assert asked == {"a": "for a?", "b": "for b?"}
+    assert a.text == "accepted: confirm=True note=a"
+    assert b.text == "accepted: confirm=False note=b"
+    await hub.close()
