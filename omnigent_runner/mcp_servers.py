@@ -777,7 +777,13 @@ class McpHub:
 
     def open(self) -> None:
         """Start every server in the background (the first turn waits for them)."""
-        self._opening = asyncio.create_task(self._start(self.servers), name="mcp-open")
+        self._opening = asyncio.create_task(self._open(), name="mcp-open")
+
+    async def _open(self) -> None:
+        await self._start(self.servers)
+        if self._keys:
+            # A shared server another session had ready changed nothing: report anyway.
+            self._changed()
 
     async def ready(self) -> None:
         """Wait for the servers started by :meth:`open` (each is bounded)."""

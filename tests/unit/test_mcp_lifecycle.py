@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from omnigent_runner.mcp_servers import CallClock, McpHub, McpSettings
+from omnigent_runner.mcp_servers import CallClock, McpHub, McpSettings, SharedMcpServers
 from omnigent_runner.mcp_spec import McpServerSpec
 from tests.unit import test_agent_executor as base
 from tests.unit.test_agent_executor import agent, agent_yaml, call, user
@@ -381,3 +381,41 @@ async def test_concurrent_questions_reach_their_own_calls(tmp_path: Path) -> Non
     assert a.text == "accepted: confirm=True note=a"
     assert b.text == "accepted: confirm=False note=b"
     await hub.close()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+async def test_a_hub_joining_a_running_shared_server_reports_it(tmp_path: Path) -> None:
+    shared = SharedMcpServers()
+    spec = McpServerSpec(
+        name="s", transport="stdio", command=sys.executable, args=(TINY,), shared=True
+    )
+
+    def hub() -> tuple[McpHub, Reports]:
+        reports = Reports()
+        made = McpHub(
+            [spec],
+            cwd=tmp_path,
+            settings=McpSettings(),
+            env=ENV,
+            report=reports,
+            starts=asyncio.Semaphore(4),
+            shared=shared,
+            bundle="digest",
+        )
+        made.open()
+        return made, reports
+
+    first, _ = hub()
+    await asyncio.wait_for(first.ready(), 60)
+    second, reports = hub()  # the server is ready already: nothing changes on it
+    assert (await reports.wait("s", "ready"))["tools"] == [
+        "s__echo",
+        "s__slow",
+        "s__leave",
+        "s__crash",
+    ]
+    assert len(server_processes()) == 1
+    await first.close()
+    assert len(server_processes()) == 1
+    await second.close()
+    assert server_processes() == [] and len(shared) == 0
