@@ -204,6 +204,10 @@ class CallClock:
         """Whether ``record``'s ``CancelledError`` is its deadline's (and only that)."""
         return record.expired and record.task.uncancel() <= record.cancelling
 
+    def holds(self, record: _Call) -> bool:
+        """Whether ``record`` is in flight on this server."""
+        return record in self._calls
+
     def only(self) -> _Call | None:
         """The one call in flight, if exactly one is."""
         return next(iter(self._calls)) if len(self._calls) == 1 else None
@@ -667,7 +671,9 @@ class McpServer:
         one call in flight, and is declined when several are (a shared server)."""
         from mcp_types import ElicitRequestFormParams, ElicitResult
 
-        record = _CURRENT_CALL.get() or self._calls.only()
+        record = _CURRENT_CALL.get()
+        if record is None or not self._calls.holds(record):
+            record = self._calls.only()
         if record is None or record.elicit is None:
             return ElicitResult(action="decline")
         if not isinstance(params, ElicitRequestFormParams):
