@@ -192,7 +192,7 @@ async def test_failures_leave_the_turn_going(mock, make_executor, workspace):
     tools = (
         "  nope: {type: mcp, command: no-such-mcp-command-xyz}\n"
         f"  hang:\n{tiny}    args: [{json.dumps(TINY)}, --hang]\n"
-        f"  t:\n{tiny}    args: [{json.dumps(TINY)}]\n    timeout: 1\n"
+        f"  t:\n{tiny}    args: [{json.dumps(TINY)}]\n    timeout: 3\n"
     )
     mock.configure(
         [
@@ -214,7 +214,7 @@ async def test_failures_leave_the_turn_going(mock, make_executor, workspace):
     end = await run_turn(executor, sink, "resp_1")
     assert end["status"] == "idle"
     out = outputs(sink, "resp_1")
-    assert json.loads(out["c1"]) == {"error": "MCP call timed out after 1 s"}
+    assert json.loads(out["c1"]) == {"error": "MCP call timed out after 3 s"}
     assert json.loads(out["c2"])["error"].startswith("MCP server t exited")
     assert "not running" in json.loads(out["c3"])["error"]
     # The crashed server's tools are gone from the next model call.
