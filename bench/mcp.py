@@ -134,7 +134,7 @@ async def call_overhead(calls: int, cwd: Path) -> dict[str, Any]:
             started = time.perf_counter()
             output = await server.call(tool, {"text": "hello"})
             runner.append(time.perf_counter() - started)
-            assert output == "hello", output
+            assert output.text == "hello", output
     finally:
         await hub.close()
     stats = {"bare": summary_ms(bare), "sdk": summary_ms(sdk), "runner": summary_ms(runner)}

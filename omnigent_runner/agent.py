@@ -15,6 +15,7 @@ import asyncio
 import base64
 import binascii
 import contextvars
+import hashlib
 import logging
 import os
 import re
@@ -30,7 +31,7 @@ from omnigent_runner.coalesce import DEFAULT_DELTA_INTERVAL_MS
 from omnigent_runner.config import DEFAULT_LLM_HTTP_CLIENT
 from omnigent_runner.executor import CommandRejected, EventSink
 from omnigent_runner.llm import ClientPool
-from omnigent_runner.mcp_servers import McpHub, McpSettings
+from omnigent_runner.mcp_servers import McpHub, McpSettings, SharedMcpServers
 from omnigent_runner.protocol import AgentRef, JsonObject, PolicyRule, Verdict
 from omnigent_runner.tools.changes import ChangeTracker
 from omnigent_runner.tools.tracking import make_tracker
@@ -89,6 +90,8 @@ class AgentExecutor:
         # MCP servers (mcp.md): what the operator allows, and how many start at once.
         self._mcp_settings = McpSettings.from_env(self._env)
         self._mcp_starts: asyncio.Semaphore | None = None
+        # Stdio servers declared ``shared: true``, one process for identical declarations.
+        self._mcp_shared = SharedMcpServers()
 
     # --- SessionExecutor ----------------------------------------------------------------
 
@@ -132,7 +135,8 @@ class AgentExecutor:
                     tracker = await asyncio.to_thread(make_tracker, root=root)
         if error is not None:
             logger.warning("session %s: agent failed to load: %s", session_id, error)
-        mcp = await self._mcp_hub(session_id, spec, root, existing)
+        bundle = hashlib.sha256(agent.bundle_b64.encode("ascii", "replace")).hexdigest()
+        mcp = await self._mcp_hub(session_id, spec, root, existing, bundle=bundle)
         self._sessions[session_id] = SessionState(
             session_id=session_id,
             spec=spec,
@@ -307,9 +311,12 @@ class AgentExecutor:
         spec: AgentSpec | None,
         root: Path | None,
         existing: SessionState | None,
+        *,
+        bundle: str,
     ) -> McpHub | None:
         """The session's MCP servers, started in the background (the first turn waits
-        for them). A re-opened session of the same agent keeps its running servers."""
+        for them). A re-opened session of the same agent keeps its running servers.
+        ``bundle`` (a digest of the bundle's bytes) is part of a shared server's key."""
         old = existing.mcp if existing is not None else None
         if old is not None and existing is not None and existing.spec is spec:
             return old
@@ -337,6 +344,8 @@ class AgentExecutor:
             env=self._env,
             report=report,
             starts=self._mcp_starts,
+            shared=self._mcp_shared,
+            bundle=bundle,
         )
         hub.open()
         return hub

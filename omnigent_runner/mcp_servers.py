@@ -25,14 +25,16 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import contextvars
 import ipaddress
 import json
 import logging
+import math
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, TypeAlias
@@ -138,6 +140,151 @@ class StartError(Exception):
     """A server that cannot be started; the message is safe to show (no secret)."""
 
 
+@dataclass(eq=False)
+class _Call:
+    """One call in flight on a server: its task, deadline and question handler."""
+
+    task: asyncio.Task[Any]
+    deadline: float  # loop time; inf while a person answers the server's question
+    elicit: ElicitHandler | None
+    cancelling: int  # the task's cancel requests when the call began
+    expired: bool = False
+
+
+# The call the current task is making (the current protocol's questions are asked in it).
+_CURRENT_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar(
+    "omnigent_mcp_call", default=None
+)
+
+
+class CallClock:
+    """The deadlines of one server's calls in flight, kept by a single loop timer.
+
+    Beginning and ending a call costs two dict operations: the timer is armed only when
+    none is, and is neither moved nor cancelled when a call ends early. When it fires it
+    cancels the calls whose deadline passed (:meth:`timed_out` tells their
+    ``CancelledError`` apart from any other) and re-arms itself at the earliest deadline
+    left; with no call left it goes quiet until the next call. So a server called in a
+    row costs one wake-up per ``timeout`` at most, not a timer per call. Deadlines of one
+    server only grow (one ``timeout`` per server), so a new call never needs the timer
+    moved earlier; a call whose question a person is answering has no deadline, and gets
+    the timer armed again when it resumes if none is.
+    """
+
+    def __init__(self) -> None:
+        self._calls: dict[_Call, None] = {}  # in beginning order
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def begin(self, timeout: float, elicit: ElicitHandler | None) -> _Call:
+        task = asyncio.current_task()
+        assert task is not None
+        record = _Call(
+            task=task,
+            deadline=task.get_loop().time() + timeout,
+            elicit=elicit,
+            cancelling=task.cancelling(),
+        )
+        self._calls[record] = None
+        self._arm(record.deadline)
+        return record
+
+    def end(self, record: _Call) -> None:
+        self._calls.pop(record, None)
+
+    def close(self) -> None:
+        """Drop the timer (the server stopped)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def timed_out(self, record: _Call) -> bool:
+        """Whether ``record``'s ``CancelledError`` is its deadline's (and only that)."""
+        return record.expired and record.task.uncancel() <= record.cancelling
+
+    def holds(self, record: _Call) -> bool:
+        """Whether ``record`` is in flight on this server."""
+        return record in self._calls
+
+    def only(self) -> _Call | None:
+        """The one call in flight, if exactly one is."""
+        return next(iter(self._calls)) if len(self._calls) == 1 else None
+
+    @contextlib.contextmanager
+    def paused(self, record: _Call) -> Iterator[None]:
+        """Stop ``record``'s clock (a person is answering); it resumes with the time
+        left it had."""
+        loop = record.task.get_loop()
+        began, deadline = loop.time(), record.deadline
+        record.deadline = math.inf
+        try:
+            yield
+        finally:
+            record.deadline = deadline + (loop.time() - began)
+            if record in self._calls:
+                self._arm(record.deadline)
+
+    def _arm(self, when: float) -> None:
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        if not self._calls:
+            return
+        now = asyncio.get_running_loop().time()
+        for record in list(self._calls):
+            if record.deadline <= now and not record.expired:
+                record.expired = True
+                record.task.cancel()
+        earliest = min((r.deadline for r in self._calls if not r.expired), default=math.inf)
+        if earliest != math.inf:
+            self._arm(earliest)
+
+
+class _WatchedReadStream:
+    """A transport's read stream that calls ``on_end`` when it ends (the server's output
+    closed), so a server that exits while idle is seen at once."""
+
+    def __init__(self, stream: Any, on_end: Callable[[], None]) -> None:
+        self._stream = stream
+        self._on_end = on_end
+
+    async def receive(self) -> Any:
+        import anyio
+
+        try:
+            return await self._stream.receive()
+        except anyio.EndOfStream:
+            self._on_end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        import anyio
+
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.aclose()
+
+    def __getattr__(self, name: str) -> Any:  # ``last_context`` and the like
+        return getattr(self._stream, name)
+
+
 @dataclass
 class McpServer:
     """One declared server of one session: its connection, state and tools."""
@@ -150,12 +297,11 @@ class McpServer:
     status: Status = "stopped"
     error: str | None = None
     tools: list[McpTool] = field(default_factory=list)
-    last_attempt_turn: int = 0
+    _starting: asyncio.Task[None] | None = field(default=None, repr=False)
     _client: Any = field(default=None, repr=False)
     _task: asyncio.Task[None] | None = field(default=None, repr=False)
     _stop: asyncio.Event | None = field(default=None, repr=False)
-    _elicit: ElicitHandler | None = field(default=None, repr=False)
-    _call_timer: asyncio.Timeout | None = field(default=None, repr=False)
+    _calls: CallClock = field(default_factory=lambda: CallClock(), repr=False)
     _errlog: IO[str] | None = field(default=None, repr=False)
     _expanded: set[str] = field(default_factory=set, repr=False)  # values ${NAME} became
 
@@ -175,6 +321,24 @@ class McpServer:
         return entry
 
     # --- starting and stopping ----------------------------------------------------------
+
+    async def ensure_started(self) -> None:
+        """Start unless ready, or join the start in progress (a shared server's other
+        sessions may be starting it); returns when that start is over."""
+        if self.status == "ready":
+            return
+        if self._starting is None or self._starting.done():
+            self._starting = asyncio.create_task(self.start(), name=f"mcp-start-{self.name}")
+        await asyncio.shield(self._starting)
+
+    async def shutdown(self) -> None:
+        """Stop for good: a start in progress is cancelled first (else it could launch
+        the server after the stop), then the connection is left."""
+        starting = self._starting
+        if starting is not None and not starting.done():
+            starting.cancel()
+            await asyncio.wait([starting], timeout=_STOP_TIMEOUT_S)
+        await self.stop()
 
     async def start(self) -> None:
         """Connect (and for stdio, launch), then list the tools; never raises. Bounded
@@ -227,6 +391,7 @@ class McpServer:
                 task.cancel()
                 await asyncio.wait([task], timeout=_STOP_TIMEOUT_S)
         self._close_errlog()
+        self._calls.close()
         if report and self.status != "stopped":
             self.tools = []
             self._set("stopped", None)
@@ -268,8 +433,8 @@ class McpServer:
         """The SDK transport for the declaration, with ``${NAME}`` expanded."""
         spec = self.spec
         if spec.transport == "stdio":
-            async with self._stdio_transport() as streams:
-                yield streams
+            async with self._stdio_transport() as (read, write):
+                yield _WatchedReadStream(read, self._output_closed), write
             return
         assert spec.url is not None
         url = self._expand(spec.url)
@@ -432,6 +597,19 @@ class McpServer:
         if self.status == "ready":
             self._set("failed", f"exited: {message}")
 
+    def _output_closed(self) -> None:
+        """A stdio server's output ended: it exited (or closed it, which is as fatal).
+        Reported at once, also while no call is running, rather than at the next call;
+        a call in flight reports it too and leaves the connection itself."""
+        stop = self._stop
+        if self._client is None or stop is None or stop.is_set() or self.status != "ready":
+            return
+        tail = self._stderr_tail()
+        message = "the server closed its output"
+        self._died(self._scrub(f"{message} (stderr: {tail})" if tail else message))
+        if not self._calls:
+            asyncio.get_running_loop().create_task(self._reap())
+
     # --- calls ----------------------------------------------------------------------------
 
     async def call(
@@ -441,7 +619,7 @@ class McpServer:
         *,
         name: str = "",
         elicit: ElicitHandler | None = None,
-    ) -> str:
+    ) -> McpOutput:
         """Call ``tool`` with ``arguments``; the output the model sees. Never raises but
         ``CancelledError``; every failure is a ``{"error": ...}`` output."""
         client = self._client
@@ -453,16 +631,14 @@ class McpServer:
         from mcp import MCPError
         from mcp_types import CONNECTION_CLOSED
 
-        self._elicit = elicit
-        timer = asyncio.timeout(self.spec.timeout)
-        self._call_timer = timer
+        record = self._calls.begin(self.spec.timeout, elicit)
+        token = _CURRENT_CALL.set(record)
         try:
-            async with timer:
-                result = await client.call_tool(tool.remote, arguments)
-        except TimeoutError:
-            if not timer.expired():
-                raise
-            return _error(f"MCP call timed out after {self.spec.timeout:g} s")
+            result = await client.call_tool(tool.remote, arguments)
+        except asyncio.CancelledError:
+            if self._calls.timed_out(record):
+                return _error(f"MCP call timed out after {self.spec.timeout:g} s")
+            raise
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 message = self._describe(exc)
@@ -475,8 +651,8 @@ class McpServer:
             logger.warning("MCP call %s failed: %s", tool.name, message)
             return _error(f"MCP server {self.name}: {message}")
         finally:
-            self._elicit = None
-            self._call_timer = None
+            _CURRENT_CALL.reset(token)
+            self._calls.end(record)
         return render_result(result)
 
     async def _reap(self) -> None:
@@ -486,27 +662,79 @@ class McpServer:
         self.status, self.error = status, error
 
     async def _on_elicit(self, context: Any, params: Any) -> Any:
-        """The SDK's elicitation callback: a form question goes to the turn's gate,
-        with the call's own deadline stopped while a person thinks."""
+        """The SDK's elicitation callback: a form question goes to the turn's gate of
+        the call it belongs to, with that call's deadline stopped while a person thinks.
+
+        The current protocol's question (an ``input_required`` result) is handled inside
+        the call's own task, so the call is known from its context; an older server's
+        ``elicitation/create`` arrives on the connection's reader, so it belongs to the
+        one call in flight, and is declined when several are (a shared server)."""
         from mcp_types import ElicitRequestFormParams, ElicitResult
 
-        handler = self._elicit
-        if handler is None or not isinstance(params, ElicitRequestFormParams):
+        record = _CURRENT_CALL.get()
+        if record is None or not self._calls.holds(record):
+            record = self._calls.only()
+        if record is None or record.elicit is None:
             return ElicitResult(action="decline")
-        timer = self._call_timer
-        deadline = timer.when() if timer is not None else None
-        loop = asyncio.get_running_loop()
-        began = loop.time()
-        if timer is not None and deadline is not None:
-            timer.reschedule(None)
-        try:
-            action, content = await handler(params.message, dict(params.requested_schema or {}))
-        finally:
-            if timer is not None and deadline is not None:
-                timer.reschedule(deadline + (loop.time() - began))
+        if not isinstance(params, ElicitRequestFormParams):
+            return ElicitResult(action="decline")
+        with self._calls.paused(record):
+            action, content = await record.elicit(
+                params.message, dict(params.requested_schema or {})
+            )
         if action == "accept":
             return ElicitResult(action="accept", content=content or {})
         return ElicitResult(action=action)
+
+
+class SharedMcpServers:
+    """The runner's stdio servers declared ``shared: true`` (mcp.md): one process for
+    the sessions whose declarations are identical, counted by the hubs that hold it.
+
+    The key is the bundle's bytes (digest), the whole declaration and the working
+    directory, so a process is never shared across bundles, folders or any difference
+    in command, arguments or environment. Every state change of a shared server (a
+    crash too) is reported to each holder; the last holder to let go stops it.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, ...], tuple[McpServer, set[McpHub]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @staticmethod
+    def key(spec: McpServerSpec, *, bundle: str, cwd: Path) -> tuple[str, ...]:
+        declaration = repr((spec.name, spec.identity(), spec.tools, spec.timeout))
+        return (bundle, declaration, str(cwd))
+
+    def acquire(
+        self, key: tuple[str, ...], hub: McpHub, make: Callable[[], McpServer]
+    ) -> McpServer:
+        entry = self._entries.get(key)
+        if entry is None:
+            server = make()
+            holders: set[McpHub] = set()
+
+            def changed() -> None:
+                for holder in list(holders):
+                    holder._changed()
+
+            server.on_change = changed
+            entry = self._entries[key] = (server, holders)
+        entry[1].add(hub)
+        return entry[0]
+
+    async def release(self, key: tuple[str, ...], hub: McpHub) -> None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        server, holders = entry
+        holders.discard(hub)
+        if holders:
+            return
+        del self._entries[key]
+        await server.shutdown()
 
 
 class McpHub:
@@ -514,6 +742,8 @@ class McpHub:
 
     ``report`` receives the ``servers`` value of ``session.mcp_status`` on every change.
     ``starts`` bounds how many servers start at once on the runner (shared by sessions).
+    With ``shared`` (the runner's registry) and ``bundle`` (a digest of the bundle's
+    bytes), stdio servers declared ``shared: true`` come from the registry.
     """
 
     def __init__(
@@ -525,20 +755,41 @@ class McpHub:
         env: Mapping[str, str],
         report: Callable[[dict[str, dict[str, Any]]], None],
         starts: asyncio.Semaphore,
+        shared: SharedMcpServers | None = None,
+        bundle: str = "",
     ) -> None:
         self._report = report
         self._starts = starts
         self._turns = 0
         self._closed = False
-        self.servers = [
-            McpServer(spec=spec, cwd=cwd, settings=settings, env=env, on_change=self._changed)
-            for spec in specs
-        ]
+        self._shared = shared
+        self._keys: dict[str, tuple[str, ...]] = {}  # shared servers' registry keys
+        self._attempts: dict[str, int] = {}  # server name -> turn of its last restart
+        self.servers: list[McpServer] = []
+        for spec in specs:
+
+            def make(spec: McpServerSpec = spec) -> McpServer:
+                return McpServer(
+                    spec=spec, cwd=cwd, settings=settings, env=env, on_change=self._changed
+                )
+
+            if shared is not None and spec.shared and spec.transport == "stdio":
+                key = SharedMcpServers.key(spec, bundle=bundle, cwd=cwd)
+                self._keys[spec.name] = key
+                self.servers.append(shared.acquire(key, self, make))
+            else:
+                self.servers.append(make())
         self._opening: asyncio.Task[None] | None = None
 
     def open(self) -> None:
         """Start every server in the background (the first turn waits for them)."""
-        self._opening = asyncio.create_task(self._start(self.servers), name="mcp-open")
+        self._opening = asyncio.create_task(self._open(), name="mcp-open")
+
+    async def _open(self) -> None:
+        await self._start(self.servers)
+        if self._keys:
+            # A shared server another session had ready changed nothing: report anyway.
+            self._changed()
 
     async def ready(self) -> None:
         """Wait for the servers started by :meth:`open` (each is bounded)."""
@@ -554,11 +805,11 @@ class McpHub:
             server
             for server in self.servers
             if server.status in ("failed", "stopped")
-            and not (self._turns == 1 and server.last_attempt_turn == 0)
-            and server.last_attempt_turn < self._turns
+            and not (self._turns == 1 and self._attempts.get(server.name, 0) == 0)
+            and self._attempts.get(server.name, 0) < self._turns
         ]
         for server in again:
-            server.last_attempt_turn = self._turns
+            self._attempts[server.name] = self._turns
         if again:
             await self._start(again)
 
@@ -570,7 +821,7 @@ class McpHub:
         async def one(server: McpServer) -> None:
             async with self._starts:
                 if not self._closed:
-                    await server.start()
+                    await server.ensure_started()
 
         await asyncio.gather(*(one(server) for server in servers))
 
@@ -597,15 +848,38 @@ class McpHub:
         return self.find(name) is not None
 
     def states(self) -> dict[str, dict[str, Any]]:
-        return {server.name: server.state() for server in self.servers}
+        """Each server's state; once this hub is closed, a shared server another session
+        still holds is ``stopped`` as far as this session goes."""
+        states = {}
+        for server in self.servers:
+            if self._closed and server.name in self._keys:
+                states[server.name] = {
+                    "status": "stopped",
+                    "transport": server.spec.transport,
+                    "tools": [],
+                }
+            else:
+                states[server.name] = server.state()
+        return states
 
     async def close(self) -> None:
-        """Stop every server (in parallel); their process groups go with them."""
+        """Stop every server (in parallel); their process groups go with them. A shared
+        server is let go, and stopped only by its last holder."""
         self._closed = True
         if self._opening is not None and not self._opening.done():
             self._opening.cancel()
             await asyncio.wait([self._opening], timeout=_STOP_TIMEOUT_S)
-        await asyncio.gather(*(server.stop() for server in self.servers))
+
+        async def one(server: McpServer) -> None:
+            key = self._keys.get(server.name)
+            if key is None or self._shared is None:
+                await server.shutdown()
+            else:
+                await self._shared.release(key, self)
+
+        await asyncio.gather(*(one(server) for server in self.servers))
+        if self._keys:
+            self._changed()
 
     def _changed(self) -> None:
         try:
@@ -636,18 +910,54 @@ def _import_sdk() -> None:
 
 # --- results ------------------------------------------------------------------------------
 
+# Image types every model API that takes images accepts, with the bytes each starts with.
+IMAGE_SIGNATURES: dict[str, tuple[bytes, ...]] = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),  # and "WEBP" at offset 8, checked below
+}
+MAX_IMAGE_BYTES = 256 * 1024  # the images of one output together, decoded
 
-def render_result(result: Any) -> str:
+
+@dataclass(frozen=True)
+class McpOutput:
+    """A call's output: the text the transcript stores as ``output`` and the images
+    (``input_image`` parts with data URIs) the model is shown next to it."""
+
+    text: str
+    images: tuple[dict[str, str], ...] = ()
+
+
+def render_result(result: Any) -> McpOutput:
     """A ``CallToolResult`` as the model's output (mcp.md): text blocks joined by
-    newlines, an image as ``[image: <mime>, <n> bytes]``, ``Error: `` first for
-    ``isError``, cut past 256 KiB of UTF-8 with a note."""
+    newlines, an image as ``[image: <mime>, <n> bytes]`` in the text and, when it is a
+    PNG, JPEG, GIF or WebP within the output's 256 KiB of images, as an image too;
+    ``Error: `` first for ``isError``; the text cut past 256 KiB of UTF-8 with a note."""
     parts: list[str] = []
+    images: list[dict[str, str]] = []
+    budget = MAX_IMAGE_BYTES
     for block in result.content or []:
         kind = getattr(block, "type", "")
         if kind == "text":
             parts.append(block.text)
-        elif kind in ("image", "audio"):
-            parts.append(f"[{kind}: {block.mime_type}, {_decoded_size(block.data)} bytes]")
+        elif kind == "image":
+            raw = _decoded(block.data)
+            mime = str(block.mime_type or "").lower()
+            size = len(raw) if raw is not None else len(block.data)
+            why = _image_refusal(mime, raw, budget)
+            if why is None:
+                assert raw is not None
+                budget -= len(raw)
+                encoded = base64.b64encode(raw).decode("ascii")
+                images.append({"type": "input_image", "image_url": f"data:{mime};base64,{encoded}"})
+                parts.append(f"[image: {block.mime_type}, {size} bytes]")
+            else:
+                parts.append(
+                    f"[image: {block.mime_type}, {size} bytes; not shown to the model: {why}]"
+                )
+        elif kind == "audio":
+            parts.append(f"[audio: {block.mime_type}, {_decoded_size(block.data)} bytes]")
         elif kind == "resource":
             resource = block.resource
             text = getattr(resource, "text", None)
@@ -659,7 +969,23 @@ def render_result(result: Any) -> str:
     text = "\n".join(parts)
     if result.is_error:
         text = "Error: " + text
-    return cut_output(text)
+    return McpOutput(text=cut_output(text), images=tuple(images))
+
+
+def _image_refusal(mime: str, raw: bytes | None, budget: int) -> str | None:
+    """Why an image block is not passed to the model, or None when it is."""
+    signatures = IMAGE_SIGNATURES.get(mime)
+    if signatures is None:
+        return "only PNG, JPEG, GIF and WebP images are"
+    if (
+        raw is None
+        or not raw.startswith(signatures)
+        or (mime == "image/webp" and raw[8:12] != b"WEBP")
+    ):
+        return f"the data is not a {mime} image"
+    if len(raw) > budget:
+        return f"the images of one tool output are limited to {MAX_IMAGE_BYTES // 1024} KiB"
+    return None
 
 
 def cut_output(text: str, limit: int = MAX_OUTPUT_BYTES) -> str:
@@ -671,12 +997,17 @@ def cut_output(text: str, limit: int = MAX_OUTPUT_BYTES) -> str:
     return f"{kept}\n[output cut: {cut} more bytes of {len(data)}]"
 
 
-def _decoded_size(data: str) -> int:
+def _decoded(data: str) -> bytes | None:
     try:
-        return len(base64.b64decode(data, validate=False))
+        return base64.b64decode(data, validate=False)
     except (binascii.Error, ValueError):
-        return len(data)
+        return None
 
 
-def _error(message: str) -> str:
-    return json.dumps({"error": message}, ensure_ascii=False)
+def _decoded_size(data: str) -> int:
+    raw = _decoded(data)
+    return len(raw) if raw is not None else len(data)
+
+
+def _error(message: str) -> McpOutput:
+    return McpOutput(text=json.dumps({"error": message}, ensure_ascii=False))

@@ -183,6 +183,21 @@ def _output_text(item: Item) -> str:
     return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
 
 
+def output_images(item: Item) -> list[str]:
+    """The data URIs of a tool output's images (an MCP tool's, mcp.md): its ``images``
+    field's ``input_image`` parts. The text ``output`` keeps a placeholder for each, so
+    an entry that is not a well-formed image data URI is simply left out."""
+    images = item.get("images")
+    uris: list[str] = []
+    for part in images if isinstance(images, list) else []:
+        if not isinstance(part, dict) or part.get("type") != "input_image":
+            continue
+        uri = part.get("image_url")
+        if isinstance(uri, str) and uri.startswith("data:image/") and ";base64," in uri:
+            uris.append(uri)
+    return uris
+
+
 # --- Responses API ----------------------------------------------------------------------
 
 
@@ -210,12 +225,18 @@ def to_responses_input(items: Iterable[Item]) -> list[Item]:
                 }
             )
         else:
+            output: str | list[Item] = _output_text(item)
+            if images := output_images(item):
+                # The Responses API takes a tool output as content parts, images included.
+                output = [
+                    {"type": "input_text", "text": output},
+                    *(
+                        {"type": "input_image", "image_url": uri, "detail": "auto"}
+                        for uri in images
+                    ),
+                ]
             result.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": item.get("call_id"),
-                    "output": _output_text(item),
-                }
+                {"type": "function_call_output", "call_id": item.get("call_id"), "output": output}
             )
     return result
 
@@ -240,7 +261,11 @@ def to_chat_messages(instructions: str, items: Iterable[Item]) -> list[Item]:
     """A system message, then the items as Chat messages.
 
     A function call joins the assistant message just before it (text and calls of one
-    answer form one message); tool outputs become ``tool`` messages. An assistant
+    answer form one message); tool outputs become ``tool`` messages. A ``tool`` message
+    holds text only, so the images of tool outputs (an MCP tool's) follow the run of
+    ``tool`` messages as one ``user`` message of ``image_url`` parts, each output's
+    images after a line naming its call (nothing may come between an assistant's calls
+    and their ``tool`` messages). An assistant
     message of calls only has ``"content": ""``: servers that type ``content`` as a
     string (llama-cpp-python) answer 500 to ``null``, and leaving the key out breaks
     its chat template; OpenAI accepts the empty string.
@@ -248,8 +273,17 @@ def to_chat_messages(instructions: str, items: Iterable[Item]) -> list[Item]:
     messages: list[Item] = []
     if instructions:
         messages.append({"role": "system", "content": instructions})
+    images: list[Item] = []  # of the tool messages since the last other message
+
+    def flush_images() -> None:
+        if images:
+            messages.append({"role": "user", "content": list(images)})
+            images.clear()
+
     for item in usable_history(items):
         kind = item["type"]
+        if kind != "function_call_output":
+            flush_images()
         if kind == "message":
             role = item.get("role") or "user"
             if role != "assistant" and has_file_blocks(item):
@@ -271,6 +305,15 @@ def to_chat_messages(instructions: str, items: Iterable[Item]) -> list[Item]:
             messages.append(
                 {"role": "tool", "tool_call_id": item.get("call_id"), "content": _output_text(item)}
             )
+            if uris := output_images(item):
+                images.append(
+                    {
+                        "type": "text",
+                        "text": f"[images of the output of call {item.get('call_id')}]",
+                    }
+                )
+                images.extend({"type": "image_url", "image_url": {"url": uri}} for uri in uris)
+    flush_images()
     return messages
 
 

@@ -16,7 +16,7 @@ import json
 import logging
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +34,7 @@ from omnigent_runner.llm import (
     ModelRequest,
     call_model,
 )
-from omnigent_runner.mcp_servers import McpHub
+from omnigent_runner.mcp_servers import McpHub, McpOutput
 from omnigent_runner.tools import sys_os
 from omnigent_runner.tools.changes import ChangeTracker
 from omnigent_runner.transcript import merge_tools
@@ -374,7 +374,8 @@ class TurnRunner:
             self._output(call, refusal)
             return
         if self._is_mcp(call.name):
-            self._output(call, await self._run_mcp(call, arguments))
+            output = await self._run_mcp(call, arguments)
+            self._output(call, output.text, images=output.images)
             return
         result, changes = await self._run_builtin(call, arguments)
         self._output(call, _json(result))
@@ -466,12 +467,12 @@ class TurnRunner:
     def _is_mcp(self, name: str) -> bool:
         return self.session.mcp is not None and self.session.mcp.owns(name)
 
-    async def _run_mcp(self, call: FunctionCall, arguments: dict[str, Any]) -> str:
+    async def _run_mcp(self, call: FunctionCall, arguments: dict[str, Any]) -> McpOutput:
         """An MCP tool call; its server's questions go to a person as approvals."""
         assert self.session.mcp is not None
         found = self.session.mcp.find(call.name)
         if found is None:
-            return _json({"error": f"unknown tool '{call.name}'"})
+            return McpOutput(text=_json({"error": f"unknown tool '{call.name}'"}))
         server, tool = found
 
         spec = self._spec()
@@ -536,20 +537,23 @@ class TurnRunner:
             "arguments": call.arguments,
         }
 
-    def _output(self, call: FunctionCall, output: str) -> None:
+    def _output(self, call: FunctionCall, output: str, *, images: Sequence[Item] = ()) -> None:
+        """Report a call's output. ``images`` (an MCP tool's, as ``input_image`` parts)
+        ride along in the item's ``images``; the text holds a placeholder for each."""
         self._unanswered.pop(call.call_id, None)
         # The call is finished: a later call that reuses its id (some servers number
         # calls per answer, "call_0" each time) is another item, not this one again.
         self._call_item_ids.pop(call.call_id, None)
-        self._done(
-            {
-                "id": new_item_id(),
-                "type": "function_call_output",
-                "status": "completed",
-                "call_id": call.call_id,
-                "output": output,
-            }
-        )
+        item: Item = {
+            "id": new_item_id(),
+            "type": "function_call_output",
+            "status": "completed",
+            "call_id": call.call_id,
+            "output": output,
+        }
+        if images:
+            item["images"] = [dict(image) for image in images]
+        self._done(item)
 
     def _done(self, item: Item) -> None:
         """Report a finished item and add it to the history (the two always go together)."""

@@ -1,9 +1,10 @@
 """An MCP server for tests and benchmarks, written with the SDK's own server class.
 
-``python -m testing.mcp_server`` serves over stdio; ``--http`` serves Streamable HTTP on
-127.0.0.1 (``--port 0``: a free port) and prints ``MCP_URL <url>`` once it listens.
+``python -m testing.mcp_server`` serves over stdio; ``--http`` serves Streamable HTTP
+(``--sse``: the legacy SSE transport) on 127.0.0.1 (``--port 0``: a free port) and
+prints ``MCP_URL <url>`` once it listens.
 Its tools cover what mcp.md asks the runner to handle: text (``echo``), an image
-(``image``), an error result (``fail``), a slow call (``slow``), a server that dies
+(``image``, with a BMP and a large one on request), an error result (``fail``), a slow call (``slow``), a server that dies
 mid-call (``crash``), and a question to the person (``confirm``: ``elicitation/create``
 on older protocol versions, an ``input_required`` result on the current one).
 ``--hang`` never answers ``initialize`` (a server that hangs at start); ``--linger``
@@ -59,9 +60,18 @@ def build_server(name: str = "testmcp") -> MCPServer:
     def echo(text: str) -> str:
         return text
 
-    @server.tool(description="Return a 1x1 PNG image and a caption.", structured_output=False)
-    def image() -> list[object]:
-        return ["a pixel", Image(data=PNG_1X1, format="png")]
+    @server.tool(
+        description="Return a caption and a 1x1 PNG image; optionally also a BMP image and "
+        "a PNG of the given size in KiB (a PNG header, then zeros).",
+        structured_output=False,
+    )
+    def image(bmp: bool = False, big_kib: int = 0) -> list[object]:
+        result: list[object] = ["a pixel", Image(data=PNG_1X1, format="png")]
+        if bmp:
+            result.append(Image(data=b"BM" + bytes(64), format="bmp"))
+        if big_kib:
+            result.append(Image(data=PNG_1X1[:8] + bytes(big_kib * 1024 - 8), format="png"))
+        return result
 
     @server.tool(description="Always fail with the given message.")
     def fail(message: str = "it failed") -> str:
@@ -95,7 +105,7 @@ def build_server(name: str = "testmcp") -> MCPServer:
     return server
 
 
-async def _serve_http(server: MCPServer, port: int) -> None:
+async def _serve_http(server: MCPServer, port: int, *, sse: bool = False) -> None:
     import uvicorn
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -104,10 +114,13 @@ async def _serve_http(server: MCPServer, port: int) -> None:
     # Listening before the URL is printed: a client that connects at once waits in the
     # backlog until uvicorn accepts, instead of being refused.
     sock.listen(128)
-    app = server.streamable_http_app(host="127.0.0.1")
+    if sse:
+        app, path = server.sse_app(host="127.0.0.1"), "/sse"
+    else:
+        app, path = server.streamable_http_app(host="127.0.0.1"), "/mcp"
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     http = uvicorn.Server(config)
-    print(f"MCP_URL http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
+    print(f"MCP_URL http://127.0.0.1:{sock.getsockname()[1]}{path}", flush=True)
     await http.serve(sockets=[sock])
 
 
@@ -118,6 +131,7 @@ async def _hang() -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m testing.mcp_server")
     parser.add_argument("--http", action="store_true", help="serve Streamable HTTP")
+    parser.add_argument("--sse", action="store_true", help="serve the legacy SSE transport")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--name", default="testmcp")
     parser.add_argument("--hang", action="store_true", help="never answer initialize")
@@ -127,8 +141,8 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_hang())
         return
     server = build_server(args.name)
-    if args.http:
-        asyncio.run(_serve_http(server, args.port))
+    if args.http or args.sse:
+        asyncio.run(_serve_http(server, args.port, sse=args.sse))
     else:
         server.run("stdio")
         if args.linger:

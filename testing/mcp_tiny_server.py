@@ -1,6 +1,7 @@
 """A minimal stdio MCP server for benchmarks and tests, the standard library only:
-``echo``, ``slow`` (sleeps ``seconds``) and ``crash`` (exits mid-call); ``--hang`` reads
-its stdin and never answers (a server that hangs at start).
+``echo``, ``slow`` (sleeps ``seconds``), ``leave`` (answers, then exits while idle) and
+``crash`` (exits mid-call); ``--hang`` reads its stdin and never answers (a server that
+hangs at start).
 
 It speaks the ``initialize`` handshake (protocol 2025-11-25) and answers the current
 protocol's ``server/discover`` probe with "method not found", which makes the SDK's
@@ -35,6 +36,11 @@ TOOLS = [
         "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}},
     },
     {
+        "name": "leave",
+        "description": "Answer, then exit (code 4) after the given seconds, while idle.",
+        "inputSchema": {"type": "object", "properties": {"seconds": {"type": "number"}}},
+    },
+    {
         "name": "crash",
         "description": "Exit the server process at once, mid-call.",
         "inputSchema": {"type": "object", "properties": {}},
@@ -60,6 +66,10 @@ def answer(request: dict[str, Any]) -> dict[str, Any] | None:
         arguments = params.get("arguments") or {}
         if params.get("name") == "crash":
             os._exit(3)
+        if params.get("name") == "leave":
+            threading.Timer(float(arguments.get("seconds", 0.2)), leave).start()
+            reply["result"] = {"content": [{"type": "text", "text": "leaving"}], "isError": False}
+            return reply
         if params.get("name") == "slow":
             # Answered later from a timer, so calls behind it are not held up.
             reply["result"] = {"content": [{"type": "text", "text": "slept"}], "isError": False}
@@ -75,6 +85,12 @@ def answer(request: dict[str, Any]) -> dict[str, Any] | None:
 
 
 _WRITE = threading.Lock()
+
+
+def leave() -> None:
+    sys.stderr.write("tiny server: leaving on request\n")
+    sys.stderr.flush()
+    os._exit(4)
 
 
 def send(reply: dict[str, Any]) -> None:

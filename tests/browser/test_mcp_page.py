@@ -1,10 +1,11 @@
 """The session page with MCP servers (mcp.md, "What the server stores and shows"): the
 servers panel with state and tools, an MCP server's question as a form of its schema,
-and the call's card with its server as a badge. A real daphne, runner, mock LLM and the
+and the call's card with its server as a badge and an image tool's picture. A real daphne, runner, mock LLM and the
 project's MCP test server behind Debian's chromium, as in test_web_page.py."""
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from testing.mcp_server import PNG_1X1
 from testing.mockllm import MockLLMServer
 from testing.processes import Runner, Server, bind, create_session, send_message
 from tests.browser.test_web_page import ALICE, OS_ENV
@@ -46,7 +48,8 @@ def test_servers_panel_question_form_and_server_badge(
         [
             {
                 "tool_calls": [
-                    {"call_id": "c1", "name": "t__confirm", "arguments": {"question": "Ship?"}}
+                    {"call_id": "c1", "name": "t__confirm", "arguments": {"question": "Ship?"}},
+                    {"call_id": "c2", "name": "t__image", "arguments": {}},
                 ]
             },
             {"text": "Shipped."},
@@ -71,5 +74,17 @@ def test_servers_panel_question_form_and_server_badge(
     tool.locator("summary").click()
     output = tool.locator(".call-output").inner_text()
     assert output == "accepted: confirm=True note=from the page"
+    assert tool.locator(".call-images").is_hidden()
+
+    # An MCP tool's image: a thumbnail under its output, the decoded PNG itself.
+    pictured = page.locator("#transcript li.entry.tool").nth(1)
+    assert pictured.locator(".tool-name").inner_text() == "image"
+    pictured.locator("summary").click()
+    image = pictured.locator(".call-images img.call-image")
+    assert image.count() == 1
+    assert image.get_attribute("src") == "data:image/png;base64," + base64.b64encode(
+        PNG_1X1
+    ).decode("ascii")
+    assert image.evaluate("img => img.decode().then(() => img.naturalWidth)") == 1
     assert errors == []
     context.close()

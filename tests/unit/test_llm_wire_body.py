@@ -44,7 +44,7 @@ def _data_uri(media_type: str, data: bytes) -> str:
 
 # A turn's history as the runner holds it: user text (non-ASCII too), a user message
 # with a text file, a PDF and an image, an assistant answer, and a function call with
-# its output (one output a string, one a JSON object).
+# its output (one output a string, one a JSON object, one an MCP tool's with an image).
 HISTORY: list[dict[str, Any]] = [
     {
         "type": "message",
@@ -95,6 +95,23 @@ HISTORY: list[dict[str, Any]] = [
         "type": "function_call_output",
         "call_id": "call_client",
         "output": {"status": "open", "owner": None, "score": 0.5},
+    },
+    {
+        "type": "function_call",
+        "call_id": "call_mcp",
+        "name": "t__image",
+        "arguments": "{}",
+    },
+    {  # an MCP tool's image output: content parts (Responses), a user message (Chat)
+        "type": "function_call_output",
+        "call_id": "call_mcp",
+        "output": "a pixel\n[image: image/png, 13 bytes]",
+        "images": [
+            {
+                "type": "input_image",
+                "image_url": _data_uri("image/png", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rI"),
+            }
+        ],
     },
     {
         "type": "message",

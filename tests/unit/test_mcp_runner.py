@@ -6,6 +6,7 @@ No network: stdio servers, and a Streamable HTTP server on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 from omnigent_runner import protocol
 from omnigent_runner.bundles import build_bundle, parse_bundle
 from omnigent_runner.mcp_servers import cut_output
+from testing.mcp_server import PNG_1X1
 from tests.unit import test_agent_executor as base
 from tests.unit.test_agent_executor import (
     SID,
@@ -145,6 +147,11 @@ async def test_tools_of_a_test_server_and_a_third_party_server(mock, make_execut
     out = outputs(sink, "resp_1")
     assert out["c1"] == "hello mcp"
     assert out["c2"] == "a pixel\n[image: image/png, 70 bytes]"
+    image_item = next(
+        i for i in done_items(sink, "resp_1") if i.get("call_id") == "c2" and "output" in i
+    )
+    png_uri = "data:image/png;base64," + base64.b64encode(PNG_1X1).decode()
+    assert image_item["images"] == [{"type": "input_image", "image_url": png_uri}]
     assert out["c3"].startswith("Error: ") and "boom" in out["c3"]
     assert json.loads(out["c4"])["timezone"] == "UTC"
     # The workspace is the working directory; nothing of the runner's environment
@@ -157,6 +164,11 @@ async def test_tools_of_a_test_server_and_a_third_party_server(mock, make_execut
         for i in second["input"]
         if i.get("type") == "function_call_output"
     }
+    # The image reaches the model as an image: the output as content parts.
+    assert sent.pop("c2") == [
+        {"type": "input_text", "text": out.pop("c2")},
+        {"type": "input_image", "image_url": png_uri, "detail": "auto"},
+    ]
     assert sent == out
 
     ready = [e for _, e in sink.events if e["type"] == "session.mcp_status"][-1]["servers"]
@@ -180,7 +192,7 @@ async def test_failures_leave_the_turn_going(mock, make_executor, workspace):
     tools = (
         "  nope: {type: mcp, command: no-such-mcp-command-xyz}\n"
         f"  hang:\n{tiny}    args: [{json.dumps(TINY)}, --hang]\n"
-        f"  t:\n{tiny}    args: [{json.dumps(TINY)}]\n    timeout: 1\n"
+        f"  t:\n{tiny}    args: [{json.dumps(TINY)}]\n    timeout: 3\n"
     )
     mock.configure(
         [
@@ -202,7 +214,7 @@ async def test_failures_leave_the_turn_going(mock, make_executor, workspace):
     end = await run_turn(executor, sink, "resp_1")
     assert end["status"] == "idle"
     out = outputs(sink, "resp_1")
-    assert json.loads(out["c1"]) == {"error": "MCP call timed out after 1 s"}
+    assert json.loads(out["c1"]) == {"error": "MCP call timed out after 3 s"}
     assert json.loads(out["c2"])["error"].startswith("MCP server t exited")
     assert "not running" in json.loads(out["c3"])["error"]
     # The crashed server's tools are gone from the next model call.
@@ -274,6 +286,91 @@ async def test_policies_and_a_servers_question_go_through_the_gate(mock, make_ex
     await executor.close_session(session_id=SID)
 
 
+async def test_images_reach_a_chat_completions_model_in_a_user_message(
+    mock, make_executor, workspace
+):
+    """Chat ``tool`` messages hold text only: the images follow the tool messages in one
+    ``user`` message; a BMP and an image past the 256 KiB budget stay placeholders."""
+    mock.configure(
+        [
+            {
+                "tool_calls": [
+                    call("t__image", {"bmp": True, "big_kib": 300}, "c1"),
+                    call("t__echo", {"text": "next"}, "c2"),
+                ]
+            },
+            {"text": "seen"},
+        ]
+    )
+    executor, sink = make_executor(env=ENV)
+    yaml_text = agent_yaml(mock.base_url, api="chat_completions", os_env=".")
+    await executor.open_session(
+        session_id=SID, agent=agent(yaml_text + "tools:\n" + server_yaml("t")), history=[]
+    )
+    end = await run_turn(executor, sink, "resp_1")
+    assert end["status"] == "idle"
+    out = outputs(sink, "resp_1")
+    assert out["c1"].split("\n") == [
+        "a pixel",
+        "[image: image/png, 70 bytes]",
+        "[image: image/bmp, 66 bytes; not shown to the model: only PNG, JPEG, GIF and WebP "
+        "images are]",
+        "[image: image/png, 307200 bytes; not shown to the model: the images of one tool "
+        "output are limited to 256 KiB]",
+    ]
+    png_uri = "data:image/png;base64," + base64.b64encode(PNG_1X1).decode()
+    messages = mock.requests[1]["body"]["messages"]
+    roles = [m["role"] for m in messages]
+    # Each call is its own assistant message (the runner reports a call's output before
+    # the next call): the images follow their output's tool message.
+    assert roles[1:] == ["user", "assistant", "tool", "user", "assistant", "tool"]
+    assert [messages[3]["content"], messages[6]["content"]] == [out["c1"], "next"]
+    assert messages[4]["content"] == [
+        {"type": "text", "text": "[images of the output of call c1]"},
+        {"type": "image_url", "image_url": {"url": png_uri}},
+    ]
+    await executor.close_session(session_id=SID)
+
+
+def test_image_blocks_rendered_for_the_model() -> None:
+    """Which image blocks pass: the four types, whose bytes match, within one shared
+    256 KiB budget; others are a placeholder with the reason."""
+    import mcp_types as t
+
+    from omnigent_runner.mcp_servers import render_result
+
+    def image(data: bytes, mime: str) -> Any:
+        return t.ImageContent(type="image", data=base64.b64encode(data).decode(), mime_type=mime)
+
+    jpeg = b"\xff\xd8\xff" + bytes(200 * 1024)
+    gif = b"GIF89a" + bytes(10)
+    webp = b"RIFF\0\0\0\0WEBP" + bytes(4)
+    result = t.CallToolResult(
+        content=[
+            image(jpeg, "image/jpeg"),
+            image(bytes(100 * 1024), "image/png"),  # not a PNG
+            image(PNG_1X1 + bytes(60 * 1024), "image/png"),  # past what is left
+            image(gif, "image/gif"),
+            image(webp, "image/webp"),
+            image(b"RIFF\0\0\0\0WAVE", "image/webp"),
+        ],
+        is_error=False,
+    )
+    output = render_result(result)
+    lines = output.text.split("\n")
+    assert lines[0] == f"[image: image/jpeg, {len(jpeg)} bytes]"
+    assert lines[1].endswith("not shown to the model: the data is not a image/png image]")
+    assert lines[2].endswith("limited to 256 KiB]")
+    assert lines[3:5] == ["[image: image/gif, 16 bytes]", "[image: image/webp, 16 bytes]"]
+    assert "not a image/webp image" in lines[5]
+    assert [image["image_url"].split(";")[0] for image in output.images] == [
+        "data:image/jpeg",
+        "data:image/gif",
+        "data:image/webp",
+    ]
+    assert base64.b64decode(output.images[1]["image_url"].split(",")[1]) == gif
+
+
 def test_output_is_cut_past_256_kib() -> None:
     text = "é" * (200 * 1024)
     cut = cut_output(text)
@@ -282,10 +379,9 @@ def test_output_is_cut_past_256_kib() -> None:
     assert cut_output("short") == "short"
 
 
-@pytest.fixture
-def http_server() -> Iterator[str]:
+def serve(transport: str) -> Iterator[str]:
     process = subprocess.Popen(
-        [sys.executable, SERVER, "--http", "--port", "0"],
+        [sys.executable, SERVER, f"--{transport}", "--port", "0"],
         stdout=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
@@ -298,6 +394,46 @@ def http_server() -> Iterator[str]:
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+@pytest.fixture
+def http_server() -> Iterator[str]:
+    yield from serve("http")
+
+
+@pytest.fixture
+def sse_server() -> Iterator[str]:
+    yield from serve("sse")
+
+
+async def test_legacy_sse_server(mock, make_executor, sse_server) -> None:
+    """A url whose path ends ``/sse`` is the legacy SSE transport: tools, a call and an
+    image through it."""
+    assert sse_server.endswith("/sse")
+    mock.configure(
+        [
+            {
+                "tool_calls": [
+                    call("old__echo", {"text": "over sse"}, "c1"),
+                    call("old__image", {}, "c2"),
+                ]
+            },
+            {"text": "ok"},
+        ]
+    )
+    executor, sink = make_executor(env=ENV)
+    tools = f"  old:\n    type: mcp\n    url: {sse_server}\n"
+    await executor.open_session(
+        session_id=SID, agent=agent(mcp_agent(mock.base_url, tools)), history=[]
+    )
+    state = await status_of(sink, "old", "ready", "failed")
+    assert state["status"] == "ready" and state["transport"] == "sse", state
+    end = await run_turn(executor, sink, "resp_1")
+    assert end["status"] == "idle"
+    out = outputs(sink, "resp_1")
+    assert out["c1"] == "over sse"
+    assert out["c2"] == "a pixel\n[image: image/png, 70 bytes]"
+    await asyncio.wait_for(executor.close_session(session_id=SID), 30)
 
 
 async def test_streamable_http_server_with_an_expanded_header(mock, make_executor, http_server):
@@ -394,7 +530,7 @@ async def test_a_servers_question_under_the_older_protocol(tmp_path: Path, monke
         return "decline", None
 
     output = await server.call(tool, {"question": "Old style?"}, elicit=elicit)
-    assert output == "declined"
+    assert output.text == "declined"
     assert asked[0][0] == "Old style?" and asked[0][1]["required"] == ["confirm"]
     await hub.close()
 

@@ -153,6 +153,8 @@ export class Transcript {
           : label(item.status);
     const status = el("span", { class: "call-status", dataset: { status: shown.status }, text: shown.label });
     const output = el("pre", { class: "call-output", text: previous?.output ?? "" });
+    const images = el("div", { class: "call-images" });
+    drawImages(images, previous?.images);
     const duration = el("span", { class: "call-duration" });
     // Under the summary line (which does not wrap), so a long name or reason fits at 390 px.
     const verdict = el("p", { class: "call-verdict muted", text: this.verdicts.get(key) ?? "" });
@@ -171,10 +173,21 @@ export class Transcript {
         el("pre", { class: "call-args", text: args }),
         el("h4", { text: "Output" }),
         output,
+        images,
       ),
       verdict,
     );
-    const entry = { card, startedAt, output: previous?.output ?? null, status, outputNode: output, duration, verdict };
+    const entry = {
+      card,
+      startedAt,
+      output: previous?.output ?? null,
+      images: previous?.images,
+      status,
+      outputNode: output,
+      imagesNode: images,
+      duration,
+      verdict,
+    };
     this.calls.set(key, entry);
     if (previous?.finishedAt) this.finish(entry, previous.finishedAt);
     return card;
@@ -195,12 +208,18 @@ export class Transcript {
     let entry = this.calls.get(key);
     if (!entry) {
       // The output came first: kept for the call's card.
-      entry = { output: item.output ?? "", finishedAt: item.created_at ?? Date.now() / 1000 };
+      entry = {
+        output: item.output ?? "",
+        images: item.images,
+        finishedAt: item.created_at ?? Date.now() / 1000,
+      };
       this.calls.set(key, entry);
       return;
     }
     entry.output = item.output ?? "";
     entry.outputNode.textContent = entry.output;
+    entry.images = item.images;
+    drawImages(entry.imagesNode, item.images);
     const shown = outcome(entry.output);
     entry.status.textContent = shown.label;
     entry.status.dataset.status = shown.status;
@@ -407,4 +426,20 @@ export function outcome(output) {
 // The snapshot's nested item ({…header, data}) in the flat shape of the stream.
 export function flatten(item) {
   return { ...item.data, ...item, data: undefined };
+}
+
+// An MCP tool's images (the output item's `images`, docs/agents.md): thumbnails under
+// its output. Only image data URIs of the types the runner passes are drawn.
+const IMAGE_URI = /^data:image\/(png|jpeg|gif|webp);base64,[A-Za-z0-9+/=]+$/;
+
+function drawImages(node, images) {
+  const uris = (Array.isArray(images) ? images : [])
+    .map((part) => part?.image_url)
+    .filter((uri) => typeof uri === "string" && IMAGE_URI.test(uri));
+  node.replaceChildren(
+    ...uris.map((uri, index) =>
+      el("img", { class: "call-image", src: uri, alt: `image ${index + 1} of the tool's output` }),
+    ),
+  );
+  node.hidden = uris.length === 0;
 }
