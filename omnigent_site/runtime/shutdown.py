@@ -136,7 +136,8 @@ async def _drain(hooks: Sequence[asyncio.Future[Any]]) -> None:
     since such a request may be on its way when the last one ends.
     """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + drain_s() + UNWIND_S
+    began = loop.time()
+    deadline = began + drain_s() + UNWIND_S
     if hooks:
         await asyncio.wait(hooks, timeout=max(0.0, deadline - loop.time()))
     while loop.time() < deadline:
@@ -146,7 +147,10 @@ async def _drain(hooks: Sequence[asyncio.Future[Any]]) -> None:
             continue
         await asyncio.sleep(min(QUIET_S, max(0.0, deadline - loop.time())))
         if not any(not request.done() for request in _requests):
+            log.info("stopping: drained in %.1f s", loop.time() - began)
             return
+    left = sum(1 for request in _requests if not request.done())
+    log.warning("stopping: %d requests still in flight after %.1f s", left, loop.time() - began)
 
 
 async def finish_or_cancel(request: asyncio.Future[Any]) -> None:
