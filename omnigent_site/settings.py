@@ -295,6 +295,9 @@ OMNIGENT_HEARTBEAT_S = env_float("OMNIGENT_HEARTBEAT_S", 20.0)
 OMNIGENT_HELLO_TIMEOUT_S = env_float("OMNIGENT_HELLO_TIMEOUT_S", 10.0)
 OMNIGENT_RECONNECT_GRACE_S = env_float("OMNIGENT_RECONNECT_GRACE_S", 15.0)
 OMNIGENT_RELAY_TIMEOUT_S = env_float("OMNIGENT_RELAY_TIMEOUT_S", 10.0)
+# Fair share (usage.md): at most this many turns of one user run at once, across all
+# runners; the rest wait ``queued`` (``runners/scheduler.py``). 0: no per-user cap.
+OMNIGENT_MAX_RUNNING_TURNS_PER_USER = max(0, env_int("OMNIGENT_MAX_RUNNING_TURNS_PER_USER", 20))
 # Scheduled tasks (automation.md): an occurrence missed while no server ran fires when
 # a server comes back only if it is less than this late (else it is recorded skipped,
 # "missed"); every process looks for due occurrences at least this often.

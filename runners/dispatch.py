@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 
 from omnigent_runner.protocol import ToolResult, TurnInterrupt, TurnStart
 from omnigent_site.domain_errors import AgentUnavailable, RunnerUnavailable
@@ -22,9 +22,9 @@ from sessions.blobs import BundleMissing
 from sessions.eventlog import Publication, collecting_publications, send_publications
 from sessions.models import Item, Session, Turn
 
-from . import runner_events
+from . import runner_events, scheduler
 from .models import Runner
-from .relay import RelayError, send_command
+from .relay import RelayError, post_command, send_command
 from .verdicts import relay_verdict
 
 if TYPE_CHECKING:
@@ -66,13 +66,23 @@ async def _ensure_open(session: Session, runner: Runner, response_id: str) -> No
 
 
 def _accept_with_command(
-    *, session_id: str, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
+    *,
+    session_id: str,
+    created_by: str,
+    data: dict[str, Any],
+    tools: list[dict[str, Any]],
+    user_id: int | None = None,
 ) -> tuple[Item, Turn, TurnStart, list[Publication]]:
     """Store the message and its turn, and build its ``turn.start``. What the write
     publishes comes back to be sent from the event loop."""
     with collecting_publications() as unit:
         item, response = runner_events.accept_message(
-            session_id=session_id, created_by=created_by, data=data, tools=tools, unit=unit
+            session_id=session_id,
+            created_by=created_by,
+            data=data,
+            tools=tools,
+            unit=unit,
+            user_id=user_id,
         )
     command = runner_events.turn_start_command(response=response, inputs=[item])
     return item, response, command, unit.publications
@@ -90,16 +100,22 @@ class AcceptedMessage:
 
 
 def accept_message(
-    *, session: Session, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
+    *,
+    session: Session,
+    created_by: str,
+    data: dict[str, Any],
+    tools: list[dict[str, Any]],
+    user_id: int | None = None,
 ) -> AcceptedMessage:
     """On the request's thread: the message's file blocks checked, its runner checked
-    (503 before anything is stored), the message and its turn stored."""
+    (503 before anything is stored), the message and its turn stored (``user_id``: whose
+    turn it is for fair share; the session's creator when not given)."""
     if session_files.has_file_blocks(data):
         # 400 (not this session's file) or 413 (over a frame) before anything is stored.
         data = session_files.prepare_message_files(session_id=session.id, data=data)
     runner = _runner_or_503(session)
     item, response, command, publications = _accept_with_command(
-        session_id=session.id, created_by=created_by, data=data, tools=tools
+        session_id=session.id, created_by=created_by, data=data, tools=tools, user_id=user_id
     )
     return AcceptedMessage(
         runner=runner, item=item, response=response, command=command, publications=publications
@@ -107,10 +123,21 @@ def accept_message(
 
 
 async def deliver_message(*, session: Session, accepted: AcceptedMessage) -> dict[str, Any]:
-    """Publish what storing the message produced, hand its turn to the runner and wait
-    for the runner's acknowledgement; return the 202 body (http-api.md)."""
+    """Publish what storing the message produced, then ask the scheduler for a slot
+    (usage.md, Fair share): a turn that gets one is handed to the runner, and the 202
+    waits for the runner's acknowledgement; one that does not stays ``queued`` and the
+    202 comes at once. Return the 202 body (http-api.md)."""
     await send_publications(accepted.publications)
     runner, response = accepted.runner, accepted.response
+    claimed = await sync_to_async(scheduler.claim)(touched=[session.id])
+    others = [
+        turn for turn in claimed if (turn.session_id, turn.response_id) != (session.id, response.id)
+    ]
+    if others:
+        # Slots this claim found free for turns that waited before this one.
+        await sync_to_async(_post_starts)(others)
+    if len(others) == len(claimed):
+        return {"queued": True, "item_id": accepted.item.id, "response_id": response.id}
     try:
         await _ensure_open(session, runner, response.id)
         await send_command(channel_name=runner.channel_name, command=accepted.command)
@@ -124,6 +151,12 @@ async def deliver_message(*, session: Session, accepted: AcceptedMessage) -> dic
         )
         raise RunnerUnavailable(f"the runner did not accept the message: {exc.message}") from exc
     return {"queued": True, "item_id": accepted.item.id, "response_id": response.id}
+
+
+def _post_starts(claimed: list[scheduler.Claimed]) -> None:
+    for channel_name, commands in runner_events.start_commands(claimed):
+        for command in commands:
+            async_to_sync(post_command)(channel_name=channel_name, command=command)
 
 
 async def forward_tool_result(*, session: Session, call_id: str, output: str) -> dict[str, Any]:

@@ -161,6 +161,22 @@ class SessionRowOut(TypedDict):
     ]
 
 
+class QueuedTurnOut(TypedDict):
+    """A turn waiting for a runner slot and its place in that runner's queue (1: next)."""
+
+    response_id: str
+    position: int
+
+
+def queued_turns(session: Session) -> list[QueuedTurnOut]:
+    """The stored list (``runners.scheduler`` writes it), with only the known keys."""
+    return [
+        {"response_id": str(entry["response_id"]), "position": int(entry["position"])}
+        for entry in session.queued_turns or []
+        if isinstance(entry, dict)
+    ]
+
+
 class SessionOut(SessionRowOut):
     """The session snapshot (``GET``/``PATCH /v1/sessions/{id}``, JSON create)."""
 
@@ -172,6 +188,10 @@ class SessionOut(SessionRowOut):
     mcp_servers: Annotated[
         dict[str, McpServerState],
         Doc("the MCP servers' latest state as the runner reported it (mcp.md)"),
+    ]
+    queued_turns: Annotated[
+        list[QueuedTurnOut],
+        Doc("turns waiting for a runner slot, with their place in its queue (usage.md)"),
     ]
 
 
@@ -213,6 +233,7 @@ def session_body(
         "items": nested_items(items),
         "pending_elicitations": requests,
         "mcp_servers": mcp_states(session),
+        "queued_turns": queued_turns(session),
     }
 
 

@@ -353,9 +353,10 @@ def test_an_admin_edit_of_an_item_changes_it(client_for, create_session, django_
 # --- what its input covers -------------------------------------------------------------
 
 # The snapshot's fields outside its row shape: the transcript, the open questions and
-# the MCP servers' state, which change only with an event (``session.mcp_status`` is
-# stored with the event that reports it), so ``last_event_seq`` stands for them.
-STOOD_FOR_BY_THE_EVENT_SEQUENCE = {"items", "pending_elicitations", "mcp_servers"}
+# the MCP servers' state and the queued turns, which change only with an event
+# (``session.mcp_status`` and ``session.queue`` are stored with the change they report),
+# so ``last_event_seq`` stands for them.
+STOOD_FOR_BY_THE_EVENT_SEQUENCE = {"items", "pending_elicitations", "mcp_servers", "queued_turns"}
 
 
 def _keys(shape: Any) -> set[str]:
