@@ -15,45 +15,40 @@ It plans in one transaction under one lock (PostgreSQL: a transaction-level advi
 lock; SQLite: the write lock every transaction takes), so two server processes never
 start the same turn or go past a cap. The next free slot goes to the user with the
 fewest slots, ties to the longest waiting turn: round-robin between users, so one
-user's 50 turns cannot starve another's one. ``Session.queued_turns`` keeps each
-waiting turn's place in its runner's queue, written with a ``session.queue`` event.
+user's 50 turns cannot starve another's one. ``Session.queued_turns`` lists a session's
+waiting turns (written with a ``session.queue`` event when that changes); their places
+are computed when read (``sessions.turn_queue``).
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Max, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from sessions.eventlog import record_event
 from sessions.models import Session, Turn
-from sessions.shapes import QueuedTurnOut
 from sessions.stream_events import session_queue_event
+from sessions.turn_queue import (
+    QueuedTurnOut,
+    Waiting,
+    last_started,
+    later_than,
+    positions,
+    waiting_turns,
+)
 
 from .models import Runner
 
 # The key of the advisory lock every claim takes on PostgreSQL (any constant the
 # project uses for nothing else).
 SCHEDULER_LOCK_KEY = 0x0F41_5C4E
-
-
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    """A turn waiting for a slot, as the planner sees it."""
-
-    seq: int
-    response_id: str
-    session_id: str
-    runner_id: str | None
-    user_id: int | None
 
 
 @dataclass(slots=True)
@@ -94,12 +89,7 @@ class Slots:
         self.running_on[turn.runner_id] += 1
         self.running_for[turn.user_id] += 1
         self.busy_sessions.add(turn.session_id)
-        self.last_started[turn.user_id] = _after(self.last_started)
-
-
-def _after(times: dict[int | None, float]) -> float:
-    """A time later than every one in ``times`` (and than now)."""
-    return max([time.time(), *times.values()]) + 1.0
+        self.last_started[turn.user_id] = later_than(self.last_started)
 
 
 def plan(waiting: Sequence[Waiting], slots: Slots) -> list[Waiting]:
@@ -137,45 +127,6 @@ def plan(waiting: Sequence[Waiting], slots: Slots) -> list[Waiting]:
         started.append(best)
 
 
-def positions(waiting: Iterable[Waiting], slots: Slots) -> dict[str, list[QueuedTurnOut]]:
-    """Each waiting turn's place in its runner's queue, by session.
-
-    The place is the order the turns would start in if that runner's slots freed one
-    at a time: the order of :func:`plan` (``Slots.order``), caps aside (1: the next).
-    """
-    by_runner: dict[str | None, dict[int | None, list[Waiting]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
-    for turn in sorted(waiting, key=lambda turn: turn.seq):
-        by_runner[turn.runner_id][turn.user_id].append(turn)
-    placed: dict[str, list[QueuedTurnOut]] = defaultdict(list)
-    for users in by_runner.values():
-        counts = Counter(slots.running_for)
-        last = dict(slots.last_started)
-        queues = list(users.values())
-        heap = [
-            (counts[turns[0].user_id], last.get(turns[0].user_id, -math.inf), turns[0].seq, index)
-            for index, turns in enumerate(queues)
-        ]
-        heapq.heapify(heap)
-        taken = [0] * len(queues)
-        position = 0
-        while heap:
-            index = heapq.heappop(heap)[-1]
-            turns = queues[index]
-            turn = turns[taken[index]]
-            taken[index] += 1
-            position += 1
-            placed[turn.session_id].append({"response_id": turn.response_id, "position": position})
-            user = turn.user_id
-            counts[user] += 1
-            last[user] = _after(last)
-            if taken[index] < len(turns):
-                following = turns[taken[index]]
-                heapq.heappush(heap, (counts[user], last[user], following.seq, index))
-    return dict(placed)
-
-
 @dataclass(frozen=True, slots=True)
 class Claimed:
     """A turn the caller now owns the start of: it sends its ``turn.start``."""
@@ -192,15 +143,6 @@ def _lock() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SCHEDULER_LOCK_KEY])
     # SQLite: every transaction of this project is IMMEDIATE, the database's one
     # write lock, taken by ``atomic`` already.
-
-
-def _waiting() -> list[Waiting]:
-    rows = (
-        Turn.objects.filter(status=Turn.Status.QUEUED, dispatched_at__isnull=True)
-        .order_by("seq")
-        .values_list("seq", "id", "session_id", "session__runner_id", "user_id")
-    )
-    return [Waiting(seq, rid, sid, runner, user) for seq, rid, sid, runner, user in rows]
 
 
 def _slots(waiting: Sequence[Waiting]) -> Slots:
@@ -231,16 +173,8 @@ def _slots(waiting: Sequence[Waiting]) -> Slots:
         slots.busy_sessions.add(session_id)
     slots.running_on.update(runner for runner, _session in on_runner)
     slots.running_for.update(user for user, _session in for_user)
-    latest = (
-        Turn.objects.filter(
-            user_id__in=[user for user in user_ids if user is not None],
-            dispatched_at__isnull=False,
-        )
-        .values("user_id")
-        .annotate(last=Max("dispatched_at"))
-        .values_list("user_id", "last")
-    )
-    slots.last_started.update({user: last.timestamp() for user, last in latest})
+    if len(user_ids) > 1:  # one user's turns go oldest first whenever it was served
+        slots.last_started.update(last_started(user_ids))
     return slots
 
 
@@ -254,7 +188,7 @@ def claim(*, touched: Collection[str] = ()) -> list[Claimed]:
     """
     with transaction.atomic():
         _lock()
-        waiting = _waiting()
+        waiting = waiting_turns()
         started: list[Waiting] = []
         slots = Slots(capacity={})
         if waiting:
@@ -266,7 +200,8 @@ def claim(*, touched: Collection[str] = ()) -> list[Claimed]:
                 )
         chosen = {turn.seq for turn in started}
         left = [turn for turn in waiting if turn.seq not in chosen]
-        _store_places(positions(left, slots), touched={*touched, *_sessions(waiting)})
+        places = positions(left, running_for=slots.running_for, last_started=slots.last_started)
+        _store_queues(places, touched={*touched, *_sessions(waiting)})
     return [
         Claimed(turn.session_id, turn.response_id, turn.runner_id)
         for turn in started
@@ -278,20 +213,23 @@ def _sessions(turns: Iterable[Waiting]) -> set[str]:
     return {turn.session_id for turn in turns}
 
 
-def _store_places(places: dict[str, list[QueuedTurnOut]], *, touched: set[str]) -> None:
-    """Write each touched session's waiting turns and places where they changed, with
-    the ``session.queue`` event that shows watchers (and moves the snapshot's ETag)."""
+def _store_queues(places: dict[str, list[QueuedTurnOut]], *, touched: set[str]) -> None:
+    """Write which of each touched session's turns wait (``Session.queued_turns``) where
+    that changed, with a ``session.queue`` event showing their places then. Places
+    that only move (a turn ahead started) are not written: a snapshot computes them
+    (``turn_queue.places``), so a start costs no write per waiting session."""
     if not touched:
         return
     stored = Session.objects.filter(pk__in=touched).values_list("id", "queued_turns")
     for session_id, before in stored:
-        after = places.get(session_id, [])
+        shown = places.get(session_id, [])
+        after = [entry["response_id"] for entry in shown]
         if (before or []) == after:
             continue
         Session.objects.filter(pk=session_id).update(queued_turns=after)
         record_event(
             session_id=session_id,
-            payload=session_queue_event(session_id=session_id, queued_turns=after),
+            payload=session_queue_event(session_id=session_id, queued_turns=shown),
         )
 
 
@@ -312,8 +250,4 @@ def unstarted_turn_ids(*, session_id: str) -> set[str]:
 
 def queued_response_ids(session: Session) -> list[str]:
     """The session's turns waiting for a slot as last stored (no query), oldest first."""
-    return [
-        str(entry["response_id"])
-        for entry in session.queued_turns or []
-        if isinstance(entry, dict) and "response_id" in entry
-    ]
+    return [str(entry) for entry in session.queued_turns or []]

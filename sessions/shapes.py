@@ -23,6 +23,7 @@ from omnigent_site.timeutil import unix
 from .approval_shapes import ElicitationRequestEvent, pending_elicitations
 from .mcp_shapes import McpServerOut, McpServerState, mcp_servers_body, mcp_states
 from .models import Agent, Approval, Item, Permission, Session, SessionFile, Turn
+from .turn_queue import QueuedTurnOut, places
 
 UnixTime = Annotated[int, Doc("Unix seconds")]
 OptionalUnixTime = Annotated[int | None, Doc("Unix seconds")]
@@ -161,22 +162,6 @@ class SessionRowOut(TypedDict):
     ]
 
 
-class QueuedTurnOut(TypedDict):
-    """A turn waiting for a runner slot and its place in that runner's queue (1: next)."""
-
-    response_id: str
-    position: int
-
-
-def queued_turns(session: Session) -> list[QueuedTurnOut]:
-    """The stored list (``runners.scheduler`` writes it), with only the known keys."""
-    return [
-        {"response_id": str(entry["response_id"]), "position": int(entry["position"])}
-        for entry in session.queued_turns or []
-        if isinstance(entry, dict)
-    ]
-
-
 class SessionOut(SessionRowOut):
     """The session snapshot (``GET``/``PATCH /v1/sessions/{id}``, JSON create)."""
 
@@ -233,7 +218,7 @@ def session_body(
         "items": nested_items(items),
         "pending_elicitations": requests,
         "mcp_servers": mcp_states(session),
-        "queued_turns": queued_turns(session),
+        "queued_turns": places(session),
     }
 
 

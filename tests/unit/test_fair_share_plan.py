@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from runners.scheduler import Slots, Waiting, plan, positions
+from runners.scheduler import Slots, plan
+from sessions.turn_queue import Waiting, positions
 
 ALICE, BOB, CAROL = 1, 2, 3
 
@@ -62,7 +63,7 @@ def test_with_one_slot_users_take_turns() -> None:
 
 def test_places_with_one_slot_alternate_users() -> None:
     queue = [waiting(seq, ALICE) for seq in (1, 2, 3)] + [waiting(4, BOB), waiting(5, BOB)]
-    places = positions(queue, Slots(capacity={}, last_started={ALICE: 50.0, BOB: 10.0}))
+    places = positions(queue, running_for=Counter(), last_started={ALICE: 50.0, BOB: 10.0})
     order = sorted(
         (entry["position"], entry["response_id"])
         for entries in places.values()
@@ -115,7 +116,7 @@ def test_places_follow_the_same_rule_per_runner() -> None:
     """Alice holds 4 slots with 3 more waiting, Bob waits with 1: Bob is next."""
     queue = [waiting(seq, ALICE) for seq in (5, 6, 7)] + [waiting(8, BOB)]
     queue.append(waiting(9, CAROL, runner="r2"))
-    places = positions(queue, Slots(capacity={}, running_for=Counter({ALICE: 4})))
+    places = positions(queue, running_for=Counter({ALICE: 4}), last_started={})
     assert places == {
         "conv_8": [{"response_id": "resp_8", "position": 1}],
         "conv_5": [{"response_id": "resp_5", "position": 2}],
@@ -131,7 +132,7 @@ def test_places_of_one_session_are_listed_together_in_order() -> None:
         waiting(2, BOB),
         waiting(3, ALICE, session="conv_a"),
     ]
-    places = positions(queue, Slots(capacity={}))
+    places = positions(queue, running_for=Counter(), last_started={})
     assert places["conv_a"] == [
         {"response_id": "resp_1", "position": 1},
         {"response_id": "resp_3", "position": 3},
