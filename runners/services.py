@@ -452,6 +452,8 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
         log.error("session %s bound to %s but not opened: %s", session.id, runner.id, exc)
         return session
     async_to_sync(post_command)(channel_name=runner.channel_name, command=command)
+    # Turns that waited (bound to no runner, or to one that is gone) may start here.
+    runner_events.start_waiting_turns(touched=[session.id], opened=[session.id])
     return session
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from omnigent_runner import protocol
+from runners import services
 from runners.models import Runner
 from sessions.models import Session, SessionEvent, Turn
 from sessions.services import create_session_from_bundle
@@ -24,6 +25,7 @@ from .stubs import (
     body_of,
     call,
     in_db,
+    patch_runner,
     post_event,
     start,
 )
@@ -238,4 +240,22 @@ async def test_waiting_turns_start_when_their_runner_comes_back(
     assert commands[1]["response_id"] == running
     later = [await next_command(stub, kind) for kind in ("session.open", "turn.start")]
     assert (later[1]["session_id"], later[1]["response_id"]) == (second.id, waiting)
+    assert (await snapshot(second))["queued_turns"] == []
+
+
+async def test_a_waiting_turn_moved_to_a_free_runner_starts_there(
+    stubs: Stubs, runner_token: tuple[Runner, str], alice: Any, bundle: bytes
+) -> None:
+    runner, token = runner_token
+    stub = await stubs.online(token, max_turns=1)
+    first, second = [await bound_session(alice, runner, bundle) for _ in range(2)]
+    await started_now(stub, first)
+    waiting = await left_waiting(second)
+
+    other, other_token = await in_db(services.register_runner)(owner=alice, name="other")
+    free = await stubs.online(other_token, max_turns=1)
+    body_of(await patch_runner(second.id, other.id), 200)
+    assert (await free.expect("session.open"))["session_id"] == second.id
+    begun = await free.expect("turn.start")
+    assert (begun["session_id"], begun["response_id"]) == (second.id, waiting)
     assert (await snapshot(second))["queued_turns"] == []
