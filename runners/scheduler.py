@@ -14,8 +14,8 @@ after storing it, the writer of a turn's end once that commits, a runner's ``hel
 It plans in one transaction under one lock (PostgreSQL: a transaction-level advisory
 lock; SQLite: the write lock every transaction takes), so two server processes never
 start the same turn or go past a cap. The next free slot goes to the user with the
-fewest slots, ties to the longest waiting turn: round-robin between users, so one
-user's 50 turns cannot starve another's one. ``Session.queued_turns`` lists a session's
+fewest slots, then to the one served the longest ago, then to the oldest turn:
+round-robin between users, so one user's 50 turns cannot starve another's one. ``Session.queued_turns`` lists a session's
 waiting turns (written with a ``session.queue`` event when that changes); their places
 are computed when read (``sessions.turn_queue``).
 """
@@ -98,8 +98,7 @@ def plan(waiting: Sequence[Waiting], slots: Slots) -> list[Waiting]:
     A turn whose session holds a slot starts with it. Each free slot goes to the
     startable turn whose user holds the fewest slots (counting those this plan gives),
     then whose user got one the longest ago, then the oldest (``Slots.order``); a
-    session's turns start in order. ``slots`` is updated with
-    what the plan starts.
+    session's turns start in order. ``slots`` is updated with what the plan starts.
     """
     remaining = list(waiting)
     started: list[Waiting] = []
@@ -180,11 +179,11 @@ def _slots(waiting: Sequence[Waiting]) -> Slots:
 
 def claim(*, touched: Collection[str] = ()) -> list[Claimed]:
     """Start what can start: mark those turns dispatched and return them (the caller
-    sends each one's ``turn.start``); rewrite the places of the turns left waiting.
+    sends each one's ``turn.start``); record which turns of each session still wait.
 
     ``touched``: sessions whose waiting turns may have changed (a message added one, a
-    turn ended), so their stored places are brought up to date even when none of
-    their turns waits any more.
+    turn ended), so their stored list is brought up to date even when none of their
+    turns waits any more.
     """
     with transaction.atomic():
         _lock()
