@@ -9,12 +9,12 @@ checks (``SessionEventsView.initial``); ``deliver_message`` is the rest.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 
-from omnigent_runner.protocol import ToolResult, TurnInterrupt, TurnStart
+from omnigent_runner.protocol import AnyCommand, ToolResult, TurnInterrupt, TurnStart
 from omnigent_site.domain_errors import AgentUnavailable, RunnerUnavailable
 from sessions import approvals
 from sessions import files as session_files
@@ -90,13 +90,19 @@ def _accept_with_command(
 
 @dataclass(frozen=True, slots=True)
 class AcceptedMessage:
-    """A message stored with its turn: what :func:`deliver_message` hands to the runner."""
+    """A message stored with its turn: what :func:`deliver_message` hands to the runner.
+
+    ``started``: the turn got a runner slot (usage.md, Fair share), so ``command`` goes
+    out now; otherwise it waits ``queued``. ``other_starts``: turns that waited before
+    this one and got a slot in the same claim, with what to send their runners."""
 
     runner: Runner
     item: Item
     response: Turn
     command: TurnStart
     publications: list[Publication]
+    started: bool = True
+    other_starts: list[tuple[str, list[AnyCommand]]] = field(default_factory=list)
 
 
 def accept_message(
@@ -109,7 +115,8 @@ def accept_message(
 ) -> AcceptedMessage:
     """On the request's thread: the message's file blocks checked, its runner checked
     (503 before anything is stored), the message and its turn stored (``user_id``: whose
-    turn it is for fair share; the session's creator when not given)."""
+    turn it is for fair share; the session's creator when not given), then a runner
+    slot asked for (``scheduler.claim``), in the same trip to the thread."""
     if session_files.has_file_blocks(data):
         # 400 (not this session's file) or 413 (over a frame) before anything is stored.
         data = session_files.prepare_message_files(session_id=session.id, data=data)
@@ -117,26 +124,31 @@ def accept_message(
     item, response, command, publications = _accept_with_command(
         session_id=session.id, created_by=created_by, data=data, tools=tools, user_id=user_id
     )
+    claimed = scheduler.claim(touched=[session.id])
+    mine = (session.id, response.id)
+    others = [turn for turn in claimed if (turn.session_id, turn.response_id) != mine]
     return AcceptedMessage(
-        runner=runner, item=item, response=response, command=command, publications=publications
+        runner=runner,
+        item=item,
+        response=response,
+        command=command,
+        publications=publications,
+        started=len(others) < len(claimed),
+        other_starts=runner_events.start_commands(others),
     )
 
 
 async def deliver_message(*, session: Session, accepted: AcceptedMessage) -> dict[str, Any]:
-    """Publish what storing the message produced, then ask the scheduler for a slot
-    (usage.md, Fair share): a turn that gets one is handed to the runner, and the 202
-    waits for the runner's acknowledgement; one that does not stays ``queued`` and the
-    202 comes at once. Return the 202 body (http-api.md)."""
+    """Publish what storing the message produced; hand its turn to the runner if it got
+    a slot and wait for the runner's acknowledgement (a turn that waits ``queued`` gets
+    its ``202`` at once); return the 202 body (http-api.md)."""
     await send_publications(accepted.publications)
-    runner, response = accepted.runner, accepted.response
-    claimed = await sync_to_async(scheduler.claim)(touched=[session.id])
-    others = [
-        turn for turn in claimed if (turn.session_id, turn.response_id) != (session.id, response.id)
-    ]
-    if others:
+    for channel_name, commands in accepted.other_starts:
         # Slots this claim found free for turns that waited before this one.
-        await sync_to_async(_post_starts)(others)
-    if len(others) == len(claimed):
+        for command in commands:
+            await post_command(channel_name=channel_name, command=command)
+    runner, response = accepted.runner, accepted.response
+    if not accepted.started:
         return {"queued": True, "item_id": accepted.item.id, "response_id": response.id}
     try:
         await _ensure_open(session, runner, response.id)
@@ -151,12 +163,6 @@ async def deliver_message(*, session: Session, accepted: AcceptedMessage) -> dic
         )
         raise RunnerUnavailable(f"the runner did not accept the message: {exc.message}") from exc
     return {"queued": True, "item_id": accepted.item.id, "response_id": response.id}
-
-
-def _post_starts(claimed: list[scheduler.Claimed]) -> None:
-    for channel_name, commands in runner_events.start_commands(claimed):
-        for command in commands:
-            async_to_sync(post_command)(channel_name=channel_name, command=command)
 
 
 async def forward_tool_result(*, session: Session, call_id: str, output: str) -> dict[str, Any]:
