@@ -602,11 +602,6 @@ def _apply_status(run: _Run, event: protocol.SessionStatus) -> None:
         error = {"code": "failed", "message": "the turn failed"}
     if status == Session.Status.IDLE:
         response_id = None
-        waiting = scheduler.queued_response_ids(session)
-        if waiting:
-            # The runner finished what it was given; the server still holds a turn of
-            # this session for a slot, so the session is not idle yet.
-            status, response_id = "running", waiting[0]
     if status == Session.Status.FAILED and response_id:
         # A runner-side failure (backlog full, event too large) ends its turn too,
         # so no turn is left open behind a failed session.

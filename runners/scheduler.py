@@ -245,8 +245,3 @@ def unstarted_turn_ids(*, session_id: str) -> set[str]:
             "id", flat=True
         )
     )
-
-
-def queued_response_ids(session: Session) -> list[str]:
-    """The session's turns waiting for a slot as last stored (no query), oldest first."""
-    return [str(entry) for entry in session.queued_turns or []]
