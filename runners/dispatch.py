@@ -124,7 +124,7 @@ def accept_message(
     item, response, command, publications = _accept_with_command(
         session_id=session.id, created_by=created_by, data=data, tools=tools, user_id=user_id
     )
-    claimed = scheduler.claim(touched=[session.id])
+    claimed = scheduler.claim(touched=[session.id], runners=[runner])
     mine = (session.id, response.id)
     others = [turn for turn in claimed if (turn.session_id, turn.response_id) != mine]
     return AcceptedMessage(

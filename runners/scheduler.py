@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -144,14 +144,15 @@ def _lock() -> None:
     # write lock, taken by ``atomic`` already.
 
 
-def _slots(waiting: Sequence[Waiting]) -> Slots:
+def _slots(waiting: Sequence[Waiting], known: Collection[Runner]) -> Slots:
     runner_ids = {turn.runner_id for turn in waiting if turn.runner_id is not None}
     user_ids = {turn.user_id for turn in waiting}
-    capacity = {
-        runner.id: runner.max_turns
-        for runner in Runner.objects.filter(pk__in=runner_ids)
-        if runner.online
-    }
+    rows = {runner.id: runner for runner in known if runner.id in runner_ids}
+    if runner_ids - rows.keys():
+        rows.update(
+            (runner.id, runner) for runner in Runner.objects.filter(pk__in=runner_ids - rows.keys())
+        )
+    capacity = {runner.id: runner.max_turns for runner in rows.values() if runner.online}
     slots = Slots(capacity=capacity, user_cap=settings.OMNIGENT_MAX_RUNNING_TURNS_PER_USER)
     by_user = Q(user_id__in=[user for user in user_ids if user is not None])
     if None in user_ids:
@@ -177,13 +178,14 @@ def _slots(waiting: Sequence[Waiting]) -> Slots:
     return slots
 
 
-def claim(*, touched: Collection[str] = ()) -> list[Claimed]:
+def claim(*, touched: Collection[str] = (), runners: Collection[Runner] = ()) -> list[Claimed]:
     """Start what can start: mark those turns dispatched and return them (the caller
     sends each one's ``turn.start``); record which turns of each session still wait.
 
     ``touched``: sessions whose waiting turns may have changed (a message added one, a
     turn ended), so their stored list is brought up to date even when none of their
-    turns waits any more.
+    turns waits any more. ``runners``: runner rows the caller read already (a message's
+    request has its session's), taken as they are for capacity and liveness.
     """
     with transaction.atomic():
         _lock()
@@ -191,7 +193,7 @@ def claim(*, touched: Collection[str] = ()) -> list[Claimed]:
         started: list[Waiting] = []
         slots = Slots(capacity={})
         if waiting:
-            slots = _slots(waiting)
+            slots = _slots(waiting, runners)
             started = plan(waiting, slots)
             if started:
                 Turn.objects.filter(seq__in=[turn.seq for turn in started]).update(
@@ -200,7 +202,8 @@ def claim(*, touched: Collection[str] = ()) -> list[Claimed]:
         chosen = {turn.seq for turn in started}
         left = [turn for turn in waiting if turn.seq not in chosen]
         places = positions(left, running_for=slots.running_for, last_started=slots.last_started)
-        _store_queues(places, touched={*touched, *_sessions(waiting)})
+        stored = {turn.session_id: list(turn.stored_queue) for turn in waiting}
+        _store_queues(places, touched={*touched, *stored}, stored=stored)
     return [
         Claimed(turn.session_id, turn.response_id, turn.runner_id)
         for turn in started
@@ -208,19 +211,23 @@ def claim(*, touched: Collection[str] = ()) -> list[Claimed]:
     ]
 
 
-def _sessions(turns: Iterable[Waiting]) -> set[str]:
-    return {turn.session_id for turn in turns}
-
-
-def _store_queues(places: dict[str, list[QueuedTurnOut]], *, touched: set[str]) -> None:
+def _store_queues(
+    places: dict[str, list[QueuedTurnOut]], *, touched: set[str], stored: dict[str, list[str]]
+) -> None:
     """Write which of each touched session's turns wait (``Session.queued_turns``) where
     that changed, with a ``session.queue`` event showing their places then. Places
     that only move (a turn ahead started) are not written: a snapshot computes them
     (``turn_queue.places``), so a start costs no write per waiting session."""
     if not touched:
         return
-    stored = Session.objects.filter(pk__in=touched).values_list("id", "queued_turns")
-    for session_id, before in stored:
+    unknown = touched - stored.keys()  # read with its waiting turns otherwise
+    if unknown:
+        stored = {
+            **stored,
+            **dict(Session.objects.filter(pk__in=unknown).values_list("id", "queued_turns")),
+        }
+    for session_id in touched:
+        before = stored.get(session_id)
         shown = places.get(session_id, [])
         after = [entry["response_id"] for entry in shown]
         if (before or []) == after:

@@ -13,7 +13,7 @@ import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db.models import Max
 from typing_extensions import TypedDict
@@ -37,6 +37,8 @@ class Waiting:
     session_id: str
     runner_id: str | None
     user_id: int | None
+    # The session's ``queued_turns`` as stored (read with the turn, in the claim's lock).
+    stored_queue: tuple[str, ...] = field(default=(), compare=False)
 
 
 def later_than(times: dict[int | None, float]) -> float:
@@ -96,9 +98,12 @@ def waiting_turns(*, runner_id: str | None = None) -> list[Waiting]:
     if runner_id is not None:
         turns = turns.filter(session__runner_id=runner_id)
     rows = turns.order_by("seq").values_list(
-        "seq", "id", "session_id", "session__runner_id", "user_id"
+        "seq", "id", "session_id", "session__runner_id", "user_id", "session__queued_turns"
     )
-    return [Waiting(seq, rid, sid, runner, user) for seq, rid, sid, runner, user in rows]
+    return [
+        Waiting(seq, rid, sid, runner, user, tuple(str(entry) for entry in stored or ()))
+        for seq, rid, sid, runner, user, stored in rows
+    ]
 
 
 def last_started(user_ids: Collection[int | None]) -> dict[int | None, float]:
