@@ -241,6 +241,7 @@ class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView)
             created_by=request.user.get_username(),
             data=data,
             tools=self.event.get("tools") or [],
+            user_id=request.user.pk,
         )
 
     @extend_schema(

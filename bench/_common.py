@@ -95,10 +95,18 @@ def common_env(tmp: Path, *, debug: bool, **extra: str) -> dict[str, str]:
 
 
 def bench_runner_env(
-    *, server_url: str, token: str, workspace: Path, llm_url: str | None = None
+    *,
+    server_url: str,
+    token: str,
+    workspace: Path,
+    llm_url: str | None = None,
+    max_turns: int | None = None,
 ) -> dict[str, str]:
-    """A benchmark's runner program: quiet logs, and the mock LLM at ``llm_url`` (if any)."""
+    """A benchmark's runner program: quiet logs, the mock LLM at ``llm_url`` (if any),
+    and ``max_turns`` turns at once if given (``OMNIGENT_RUNNER_MAX_TURNS``)."""
     llm = {"OPENAI_BASE_URL": llm_url, "OPENAI_API_KEY": "bench"} if llm_url else {}
+    if max_turns is not None:
+        llm["OMNIGENT_RUNNER_MAX_TURNS"] = str(max_turns)
     return runner_env(
         server_url=server_url,
         token=token,

@@ -231,6 +231,7 @@ def start_stack(stack: contextlib.ExitStack, tmp: Path, args: argparse.Namespace
                 token=token,
                 workspace=workspace,
                 llm_url=mock.base_url,
+                max_turns=args.runner_max_turns or args.sessions,
             ),
             log_dir=tmp,
         )
@@ -1347,6 +1348,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=1, help="runs on fresh processes")
     parser.add_argument("--sessions", type=int, default=20, help="concurrent sessions")
+    parser.add_argument(
+        "--runner-max-turns",
+        type=int,
+        default=0,
+        help="each runner's OMNIGENT_RUNNER_MAX_TURNS (default: --sessions, so every turn "
+        "starts at once; below it, the rest wait in the fair-share queue)",
+    )
     parser.add_argument("--rounds", type=int, default=2, help="turns per session, at once")
     parser.add_argument("--poll-ms", type=float, default=20.0, help="snapshot poll interval")
     parser.add_argument("--words", type=int, default=20, help="words (text deltas) per reply")

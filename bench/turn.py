@@ -279,8 +279,14 @@ def main() -> int:
         runner_id, token = register_runner(server, user=USER, name="bench-runner")
         workspace = tmp / "workspace"
         workspace.mkdir()
+        # Every session's turn starts at once, as the workload was measured before the
+        # runner declared a capacity (bench.fairness measures the queue).
         env = bench_runner_env(
-            server_url=server.url, token=token, workspace=workspace, llm_url=mock.base_url
+            server_url=server.url,
+            token=token,
+            workspace=workspace,
+            llm_url=mock.base_url,
+            max_turns=max(args.sessions, 8),
         )
         runner = spawn("runner", [sys.executable, "-m", "omnigent_runner"], env=env, log_dir=tmp)
         stack.callback(runner.stop)

@@ -41,6 +41,11 @@ ENV_LOG_LEVEL = "OMNIGENT_RUNNER_LOG_LEVEL"
 ENV_LOG_FORMAT = "OMNIGENT_RUNNER_LOG_FORMAT"
 ENV_DELTA_INTERVAL = "OMNIGENT_RUNNER_DELTA_INTERVAL_MS"
 ENV_LLM_HTTP_CLIENT = "OMNIGENT_RUNNER_LLM_HTTP_CLIENT"
+ENV_MAX_TURNS = "OMNIGENT_RUNNER_MAX_TURNS"
+# How many turns the runner runs at once, declared in ``hello``: the server starts no
+# more on it (usage.md, Fair share of runners).
+DEFAULT_MAX_TURNS = 8
+MAX_MAX_TURNS = 1000
 
 # The openai SDK's HTTP transport (``llm.ClientPool``): aiohttp (the SDK's
 # ``DefaultAioHttpClient``, less CPU per streamed token) or httpx (the SDK's default).
@@ -69,6 +74,8 @@ class RunnerConfig:
     delta_interval_ms: int = DEFAULT_DELTA_INTERVAL_MS
     # The openai SDK's HTTP transport: one of LLM_HTTP_CLIENTS.
     llm_http_client: str = DEFAULT_LLM_HTTP_CLIENT
+    # Turns run at once, declared in ``hello`` (the server holds the rest ``queued``).
+    max_turns: int = DEFAULT_MAX_TURNS
 
     @property
     def tunnel_url(self) -> str:
@@ -142,6 +149,13 @@ def _build_parser(prog: str) -> argparse.ArgumentParser:
             f"(env {ENV_LLM_HTTP_CLIENT}, default {DEFAULT_LLM_HTTP_CLIENT})"
         ),
     )
+    parser.add_argument(
+        "--max-turns",
+        help=(
+            "how many turns this runner runs at once; the server queues the rest "
+            f"(env {ENV_MAX_TURNS}, default {DEFAULT_MAX_TURNS})"
+        ),
+    )
     return parser
 
 
@@ -210,6 +224,17 @@ def _parse_delta_interval(raw: str | None) -> int:
     # Plain ASCII digits only: int() would also take "1_000", "+5" or non-Latin digits.
     if not (raw.isascii() and raw.isdigit()) or int(raw) > MAX_DELTA_INTERVAL_MS:
         raise ConfigError(problem)
+    return int(raw)
+
+
+def _parse_max_turns(raw: str | None) -> int:
+    if raw is None:
+        return DEFAULT_MAX_TURNS
+    # Plain ASCII digits only, as for the delta interval.
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_MAX_TURNS:
+        raise ConfigError(
+            f"{ENV_MAX_TURNS} must be a whole number from 1 to {MAX_MAX_TURNS}, got {raw!r}"
+        )
     return int(raw)
 
 
@@ -297,4 +322,5 @@ def load_config(
         llm_http_client=_parse_llm_http_client(
             _pick(args.llm_http_client, env, ENV_LLM_HTTP_CLIENT)
         ),
+        max_turns=_parse_max_turns(_pick(args.max_turns, env, ENV_MAX_TURNS)),
     )

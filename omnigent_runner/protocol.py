@@ -168,13 +168,17 @@ class Frame(Struct, tag_field="type", frozen=True, kw_only=True):
 
 class Hello(Frame, tag="hello", kw_only=True, frozen=True):
     """Runner → server, the first frame. ``workspace`` and ``capabilities`` are stored or
-    ignored as given; ``open_sessions`` is this project's addition to the spec."""
+    ignored as given; ``open_sessions`` and ``max_turns`` are this project's additions
+    to the spec."""
 
     protocol: int
     runner_version: str = ""
     workspace: JsonObject = {}
     capabilities: JsonObject = {}
     open_sessions: list[str] = []
+    # How many turns the runner runs at once (``OMNIGENT_RUNNER_MAX_TURNS``); the server
+    # starts no more on it. Absent (an older runner): the server's default.
+    max_turns: Annotated[int, Meta(ge=1, le=1000)] | None = None
 
 
 class Welcome(Frame, tag="welcome", kw_only=True, frozen=True):

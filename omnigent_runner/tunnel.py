@@ -359,6 +359,7 @@ class RunnerTunnel:
             workspace=self._workspace_info,
             capabilities={**self._capabilities, EVENT_BATCHES: True},
             open_sessions=self._open_session_ids(),
+            max_turns=self._config.max_turns,
         )
         if self._hello_extra:
             hello = msgspec.structs.replace(hello, **self._hello_extra)

@@ -302,6 +302,9 @@ OMNIGENT_RUNNER_RECONNECT_WAIT_S = max(0.0, env_float("OMNIGENT_RUNNER_RECONNECT
 # How long HTTP requests in flight may go on once a server process is told to stop
 # (SIGTERM); it stops listening at once (omnigent_site/runtime/shutdown.py).
 OMNIGENT_SHUTDOWN_DRAIN_S = max(0.0, env_float("OMNIGENT_SHUTDOWN_DRAIN_S", 10.0))
+# Fair share (usage.md): at most this many turns of one user run at once, across all
+# runners; the rest wait ``queued`` (``runners/scheduler.py``). 0: no per-user cap.
+OMNIGENT_MAX_RUNNING_TURNS_PER_USER = max(0, env_int("OMNIGENT_MAX_RUNNING_TURNS_PER_USER", 20))
 # Scheduled tasks (automation.md): an occurrence missed while no server ran fires when
 # a server comes back only if it is less than this late (else it is recorded skipped,
 # "missed"); every process looks for due occurrences at least this often.

@@ -39,6 +39,7 @@ class RunnerAdmin(admin.ModelAdmin):
         "is_online",
         "last_seen_at",
         "runner_version",
+        "max_turns",
         "revoked_at",
     ]
     list_filter = ["revoked_at"]
@@ -52,6 +53,7 @@ class RunnerAdmin(admin.ModelAdmin):
         "last_seen_at",
         "runner_version",
         "workspace",
+        "max_turns",  # from the runner's hello (fair share)
         "created_at",
         "revoked_at",
     ]

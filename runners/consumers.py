@@ -179,6 +179,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             runner_version=frame.runner_version,
             workspace=frame.workspace,
             process_id=liveness.PROCESS_ID,
+            max_turns=frame.max_turns,
         )
         self.generation = connection.generation
         _live_tunnels.add(self)
@@ -204,6 +205,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         log.info("runner %s online (generation %s)", self.runner_id, self.generation)
         metrics.runner_connected()
         self.counted_connected = True
+        opened: set[str] = set()
         for resume in resumes:
             if resume.session_id in open_ids:
                 await database_sync_to_async(runner_events.mark_session_opened)(
@@ -216,8 +218,12 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             if resume.open_command is None:
                 continue  # could not be opened (logged); its turns were failed
             await self._forward(resume.open_command, reply_channel=None)
+            opened.add(resume.session_id)
             for command in resume.turn_commands:
                 await self._forward(command, reply_channel=None)
+        # Turns that waited for this runner (a server restart keeps them) start now, in
+        # the slots the ones resumed above left.
+        await database_sync_to_async(runner_events.start_waiting_turns)(opened=opened)
         self.tasks.append(asyncio.create_task(self._heartbeat()))
 
     async def _heartbeat(self) -> None:

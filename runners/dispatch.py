@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
-from omnigent_runner.protocol import ToolResult, TurnInterrupt, TurnStart
+from omnigent_runner.protocol import AnyCommand, ToolResult, TurnInterrupt, TurnStart
 from omnigent_site.domain_errors import AgentUnavailable, RunnerUnavailable
 from sessions import approvals
 from sessions import files as session_files
@@ -26,9 +26,9 @@ from sessions.blobs import BundleMissing
 from sessions.eventlog import Publication, collecting_publications, send_publications
 from sessions.models import Item, Session, Turn
 
-from . import runner_events
+from . import runner_events, scheduler
 from .models import Runner
-from .relay import TUNNEL_GONE, RelayError, send_command
+from .relay import TUNNEL_GONE, RelayError, post_command, send_command
 from .tunnel_errors import TUNNEL_CLOSED
 from .verdicts import relay_verdict
 
@@ -148,13 +148,23 @@ async def _ensure_open(session: Session, runner: Runner, response_id: str) -> No
 
 
 def _accept_with_command(
-    *, session_id: str, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
+    *,
+    session_id: str,
+    created_by: str,
+    data: dict[str, Any],
+    tools: list[dict[str, Any]],
+    user_id: int | None = None,
 ) -> tuple[Item, Turn, TurnStart, list[Publication]]:
     """Store the message and its turn, and build its ``turn.start``. What the write
     publishes comes back to be sent from the event loop."""
     with collecting_publications() as unit:
         item, response = runner_events.accept_message(
-            session_id=session_id, created_by=created_by, data=data, tools=tools, unit=unit
+            session_id=session_id,
+            created_by=created_by,
+            data=data,
+            tools=tools,
+            unit=unit,
+            user_id=user_id,
         )
     command = runner_events.turn_start_command(response=response, inputs=[item])
     return item, response, command, unit.publications
@@ -162,37 +172,66 @@ def _accept_with_command(
 
 @dataclass(frozen=True, slots=True)
 class AcceptedMessage:
-    """A message stored with its turn: what :func:`deliver_message` hands to the runner."""
+    """A message stored with its turn: what :func:`deliver_message` hands to the runner.
+
+    ``started``: the turn got a runner slot (usage.md, Fair share), so ``command`` goes
+    out now; otherwise it waits ``queued``. ``other_starts``: turns that waited before
+    this one and got a slot in the same claim, with what to send their runners."""
 
     runner: Runner
     item: Item
     response: Turn
     command: TurnStart
     publications: list[Publication]
+    started: bool = True
+    other_starts: list[tuple[str, list[AnyCommand]]] = field(default_factory=list)
 
 
 def accept_message(
-    *, session: Session, created_by: str, data: dict[str, Any], tools: list[dict[str, Any]]
+    *,
+    session: Session,
+    created_by: str,
+    data: dict[str, Any],
+    tools: list[dict[str, Any]],
+    user_id: int | None = None,
 ) -> AcceptedMessage:
     """On the request's thread: the message's file blocks checked, its runner checked
-    (503 before anything is stored), the message and its turn stored."""
+    (503 before anything is stored), the message and its turn stored (``user_id``: whose
+    turn it is for fair share; the session's creator when not given), then a runner
+    slot asked for (``scheduler.claim``), in the same trip to the thread."""
     if session_files.has_file_blocks(data):
         # 400 (not this session's file) or 413 (over a frame) before anything is stored.
         data = session_files.prepare_message_files(session_id=session.id, data=data)
     runner = _runner_or_503(session)
     item, response, command, publications = _accept_with_command(
-        session_id=session.id, created_by=created_by, data=data, tools=tools
+        session_id=session.id, created_by=created_by, data=data, tools=tools, user_id=user_id
     )
+    claimed = scheduler.claim(touched=[session.id], runners=[runner])
+    mine = (session.id, response.id)
+    others = [turn for turn in claimed if (turn.session_id, turn.response_id) != mine]
     return AcceptedMessage(
-        runner=runner, item=item, response=response, command=command, publications=publications
+        runner=runner,
+        item=item,
+        response=response,
+        command=command,
+        publications=publications,
+        started=len(others) < len(claimed),
+        other_starts=runner_events.start_commands(others),
     )
 
 
 async def deliver_message(*, session: Session, accepted: AcceptedMessage) -> dict[str, Any]:
-    """Publish what storing the message produced, hand its turn to the runner and wait
-    for the runner's acknowledgement; return the 202 body (http-api.md)."""
+    """Publish what storing the message produced; hand its turn to the runner if it got
+    a slot and wait for the runner's acknowledgement (a turn that waits ``queued`` gets
+    its ``202`` at once); return the 202 body (http-api.md)."""
     await send_publications(accepted.publications)
+    for channel_name, commands in accepted.other_starts:
+        # Slots this claim found free for turns that waited before this one.
+        for command in commands:
+            await post_command(channel_name=channel_name, command=command)
     runner, response = accepted.runner, accepted.response
+    if not accepted.started:
+        return {"queued": True, "item_id": accepted.item.id, "response_id": response.id}
     for resend in range(_MAX_RESENDS + 1):
         try:
             await _ensure_open(session, runner, response.id)

@@ -27,6 +27,9 @@ class Runner(models.Model):
     last_seen_at = models.DateTimeField(null=True, blank=True)
     runner_version = models.CharField(max_length=64, blank=True, default="")
     workspace = models.JSONField(default=dict, blank=True)
+    # Turns the runner runs at once, from its latest ``hello`` (usage.md, Fair share):
+    # the scheduler starts no more on it.
+    max_turns = models.PositiveIntegerField(default=8)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -12,9 +12,10 @@ from __future__ import annotations
 import base64
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeAlias
 
+from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.utils import timezone
 
@@ -58,6 +59,9 @@ from sessions.stream_events import (
 )
 from workspaces.services import apply_workspace_changes
 
+from . import scheduler
+from .models import Runner
+from .relay import post_command
 from .verdicts import post_verdicts
 
 log = logging.getLogger(__name__)
@@ -82,7 +86,15 @@ class MalformedEvent(ValueError):
 def session_open_command(*, session: Session) -> protocol.SessionOpen:
     agent = session.agent
     bundle = blobs.read_bundle(agent.bundle_sha256)
-    history = [item.flat() for item in Item.objects.filter(session=session).order_by("seq")]
+    # A turn the runner has not started (waiting for a slot, or sent behind another)
+    # brings its input with its own ``turn.start``: in the history, the model would
+    # read it during the turns before it.
+    not_started = scheduler.unstarted_turn_ids(session_id=session.id)
+    history = [
+        item.flat()
+        for item in Item.objects.filter(session=session).order_by("seq")
+        if not (item.response_id in not_started and item.data.get("role") == "user")
+    ]
     return protocol.SessionOpen(
         session_id=session.id,
         # The runner numbers this session's events after what the server stored.
@@ -196,6 +208,12 @@ def _finish_turn(
     # Counted once the end is stored: a run that rolls back (and is applied again event
     # by event) counts nothing.
     transaction.on_commit(lambda: metrics.turn_ended(agent=agent, status=status, seconds=seconds))
+    # Its slot is free (or its place in the queue is): the next waiting turn may start.
+    if response.dispatched_at is None:
+        session_id = response.session_id
+        transaction.on_commit(lambda: start_waiting_turns(touched=[session_id]))
+    else:
+        transaction.on_commit(start_waiting_turns_if_any)
     # A question about a call of a finished turn can no longer be acted on.
     approvals.cancel_pending(
         session_id=response.session_id, turn_ids=[response.id], reason="the turn ended", unit=unit
@@ -219,8 +237,12 @@ def accept_message(
     data: dict[str, Any],
     tools: list[dict[str, Any]],
     unit: WriteUnit | None = None,
+    user_id: int | None = None,
 ) -> tuple[Item, Turn]:
     """Store the user item and its queued turn, and tell watchers the input was consumed.
+
+    ``user_id``: whose turn it is for fair share (``runners.scheduler``); the session's
+    creator when not given. The turn waits for a slot until ``scheduler.claim`` starts it.
 
     The stream events and the list row it announces go to the channel layer together,
     in one trip to the event loop, which the ``202`` waits for (or with what ``unit``
@@ -232,7 +254,12 @@ def accept_message(
             raise Session.DoesNotExist(f"session {session_id} does not exist")
         with writing_events(session=session, unit=publishing) as writing:
             item, response = _store_message(
-                session, created_by=created_by, data=data, tools=tools, unit=writing
+                session,
+                created_by=created_by,
+                data=data,
+                tools=tools,
+                unit=writing,
+                user_id=user_id if user_id is not None else session.created_by_id,
             )
     return item, response
 
@@ -244,9 +271,10 @@ def _store_message(
     data: dict[str, Any],
     tools: list[dict[str, Any]],
     unit: WriteUnit,
+    user_id: int | None,
 ) -> tuple[Item, Turn]:
     """Inside ``accept_message``'s transaction, with the session row locked."""
-    response = Turn(session=session, tools=tools)
+    response = Turn(session=session, tools=tools, user_id=user_id, dispatched_at=None)
     insert_row(response)
     item = Item(
         session=session,
@@ -690,3 +718,72 @@ HANDLERS: dict[type[protocol.Event], Callable[[_Run, Any], None]] = {
     protocol.WorkspaceChanges: _apply_workspace_changes,
     protocol.McpStatus: _apply_mcp_status,
 }
+
+
+# --- starting waiting turns (runners.scheduler) -----------------------------------------
+
+
+def start_commands(
+    claimed: Collection[scheduler.Claimed], *, opened: Collection[str] = ()
+) -> list[tuple[str, list[protocol.AnyCommand]]]:
+    """For each claimed turn: its runner's channel and what to send it, ``session.open``
+    first unless the runner's connection has the session open (or ``opened`` names it,
+    sent just now) and then ``turn.start``. A turn whose bundle is gone fails
+    (``agent_load_failed``), as a message's does."""
+    if not claimed:
+        return []
+    sessions = {
+        session.id: session
+        for session in Session.objects.filter(
+            pk__in={turn.session_id for turn in claimed}
+        ).select_related("agent")
+    }
+    runners = {
+        runner.id: runner for runner in Runner.objects.filter(pk__in={t.runner_id for t in claimed})
+    }
+    sends: list[tuple[str, list[protocol.AnyCommand]]] = []
+    for turn in claimed:
+        session, runner = sessions.get(turn.session_id), runners.get(turn.runner_id)
+        response = Turn.objects.filter(session_id=turn.session_id, id=turn.response_id).first()
+        if session is None or runner is None or response is None or not runner.channel_name:
+            continue  # gone since; its end (or the runner's return) frees the slot
+        commands: list[protocol.AnyCommand] = []
+        if session.runner_generation_opened != runner.generation and session.id not in opened:
+            try:
+                commands.append(session_open_command(session=session))
+            except blobs.BundleMissing as exc:
+                log.error("session %s: %s", session.id, exc)
+                fail_turn(
+                    session_id=session.id,
+                    response_id=response.id,
+                    code="agent_load_failed",
+                    message=str(exc),
+                )
+                continue
+        commands.append(turn_start_command(response=response))
+        sends.append((runner.channel_name, commands))
+    return sends
+
+
+def start_waiting_turns_if_any() -> int:
+    """After a turn that held a slot ended: the claim, if any turn waits at all (one
+    read of a small index; most turn ends find none)."""
+    if not scheduler.any_waiting():
+        return 0
+    return start_waiting_turns()
+
+
+def start_waiting_turns(*, touched: Collection[str] = (), opened: Collection[str] = ()) -> int:
+    """From sync code, after a commit that may have freed a slot: claim what can start
+    and send it (fire and forget: a runner that lost it gets it again on its return,
+    and a runner that does not return has its turns failed after the grace). Never
+    raises: the caller's write is done. Returns how many turns were started."""
+    try:
+        claimed = scheduler.claim(touched=touched)
+        for channel_name, commands in start_commands(claimed, opened=opened):
+            for command in commands:
+                async_to_sync(post_command)(channel_name=channel_name, command=command)
+        return len(claimed)
+    except Exception:
+        log.exception("starting waiting turns failed")
+        return 0

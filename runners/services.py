@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from audit import actions as audit_actions
 from audit import services as audit
+from omnigent_runner.config import DEFAULT_MAX_TURNS
 from omnigent_runner.identity import derive_runner_id, new_binding_token
 from omnigent_runner.protocol import (
     ApprovalVerdict,
@@ -166,9 +167,11 @@ def mark_connected(
     runner_version: str,
     workspace: dict[str, Any],
     process_id: str = "",
+    max_turns: int | None = None,
 ) -> Connection:
     """Record a new live tunnel, held by server process ``process_id``; the newest
-    connection wins."""
+    connection wins. ``max_turns``: the turns the runner runs at once, from its
+    ``hello`` (an older runner's says nothing: ``DEFAULT_MAX_TURNS``)."""
     now = timezone.now()
     with transaction.atomic():
         runner = Runner.objects.select_for_update().get(pk=runner_id)
@@ -181,7 +184,9 @@ def mark_connected(
         runner.disconnected_at = None
         runner.runner_version = runner_version[:64]
         runner.workspace = workspace
+        runner.max_turns = max_turns or DEFAULT_MAX_TURNS
         fields = [
+            "max_turns",
             "generation",
             "channel_name",
             "tunnel_process",
@@ -338,7 +343,7 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
     """For ``welcome``: every bound session, and what to re-send for those the runner lacks.
 
     A runner that restarted holds no sessions: it gets ``session.open`` with the
-    stored history and ``turn.start`` again for every turn still open.
+    stored history and ``turn.start`` again for every open turn that held a slot.
     """
     resumes: list[SessionResume] = []
     for session in Session.objects.filter(runner_id=runner_id).select_related("agent"):
@@ -349,10 +354,12 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
             ]
             resumes.append(SessionResume(session.id, session.last_runner_seq, None, [], verdicts))
             continue
+        # Only the turns that held a slot: those still waiting start when the
+        # scheduler gives them one (``runner_events.start_waiting_turns``).
         open_turns = list(
-            Turn.objects.filter(session=session, status__in=Turn.OPEN_STATUSES).order_by(
-                "created_at", "id"
-            )
+            Turn.objects.filter(
+                session=session, status__in=Turn.OPEN_STATUSES, dispatched_at__isnull=False
+            ).order_by("created_at", "id")
         )
         try:
             open_command = runner_events.session_open_command(session=session)
@@ -445,6 +452,8 @@ def bind_session_runner(*, session: Session, actor: AuthUser, runner_id: str) ->
         log.error("session %s bound to %s but not opened: %s", session.id, runner.id, exc)
         return session
     async_to_sync(post_command)(channel_name=runner.channel_name, command=command)
+    # Turns that waited (bound to no runner, or to one that is gone) may start here.
+    runner_events.start_waiting_turns(touched=[session.id], opened=[session.id])
     return session
 
 

@@ -461,7 +461,11 @@ def prepare_fire(*, run_id: str, now: datetime) -> Fire | None:
     )
     try:
         accepted = dispatch.accept_message(
-            session=session, created_by=task.owner.get_username(), data=data, tools=[]
+            session=session,
+            created_by=task.owner.get_username(),
+            data=data,
+            tools=[],
+            user_id=task.owner_id,
         )
     except DomainError as exc:
         run.session_id = session.id

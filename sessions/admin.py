@@ -44,8 +44,16 @@ class TurnInline(admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = True
-    fields = ["id", "status", "created_at", "completed_at", "error"]
-    readonly_fields = ["id", "status", "created_at", "completed_at", "error"]
+    fields = ["id", "status", "user", "created_at", "dispatched_at", "completed_at", "error"]
+    readonly_fields = [
+        "id",
+        "status",
+        "user",
+        "created_at",
+        "dispatched_at",
+        "completed_at",
+        "error",
+    ]
     ordering = ["created_at", "id"]
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -262,10 +270,20 @@ def _touch_sessions(*, session_ids: set[Any]) -> None:
 
 @admin.register(Turn)
 class TurnAdmin(TouchesSessionAdmin):
-    list_display = ["id", "session", "status", "created_at", "completed_at"]
+    list_display = [
+        "id",
+        "session",
+        "user",
+        "status",
+        "created_at",
+        "dispatched_at",
+        "completed_at",
+    ]
     list_filter = ["status"]
     search_fields = ["id", "session__id"]
     raw_id_fields = ["session"]
+    # The scheduler's facts (fair share): who the turn counts for, when it got its slot.
+    readonly_fields = ["user", "dispatched_at"]
 
 
 @admin.register(Item)

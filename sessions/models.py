@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from omnigent_site.ids import (
     new_agent_id,
@@ -108,6 +109,10 @@ class Session(models.Model):
     archived_at = models.DateTimeField(null=True, blank=True)
     # The runner's latest ``session.mcp_status`` (mcp.md): server name -> state.
     mcp_servers = models.JSONField(default=dict, blank=True)
+    # This session's turns waiting for a runner slot, with their place in the runner's
+    # queue (usage.md, Fair share): ``[{response_id, position}]``, written only by
+    # ``runners.scheduler`` with a ``session.queue`` event, so the snapshot's ETag moves.
+    queued_turns = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -148,6 +153,14 @@ class Turn(models.Model):
     tools = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # Whose turn it is for fair share (usage.md): the user who sent the message.
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # When the turn got a runner slot and its ``turn.start`` went out; None while it
+    # waits in the server's queue (``runners.scheduler``). A message's turn is stored
+    # with None; any other turn (a fork's copy, a row made by hand) counts as sent.
+    dispatched_at = models.DateTimeField(null=True, blank=True, default=timezone.now)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -157,6 +170,20 @@ class Turn(models.Model):
         indexes = [
             models.Index(fields=["session", "created_at"], name="turn_session_created"),
             models.Index(fields=["session", "status"], name="turn_session_status"),
+            # The scheduler's two reads: the turns waiting for a slot, and the turns
+            # holding one; both small, so each index stays small.
+            models.Index(
+                fields=["seq"],
+                name="turn_waiting",
+                condition=Q(status="queued", dispatched_at__isnull=True),
+            ),
+            # When each user last got a slot: round-robin between users.
+            models.Index(fields=["user", "dispatched_at"], name="turn_user_dispatched"),
+            models.Index(
+                fields=["user"],
+                name="turn_holding_slot",
+                condition=Q(status__in=["queued", "in_progress"], dispatched_at__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

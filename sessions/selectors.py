@@ -18,6 +18,7 @@ from omnigent_site.users import is_admin
 
 from .models import Agent, Approval, Item, Permission, Session, Turn
 from .shapes import session_row
+from .turn_queue import places
 
 LEVEL_NAMES = {1: "read", 2: "edit", 3: "manage", 4: "owner"}
 # Sessions per statement of ``user_session_list_rows`` (fixed sizes: cached SQL).
@@ -216,7 +217,9 @@ def snapshot_etag(
     transaction, so the sequence stands for them. The row is rendered now, not read
     from ``updated_at``: some writers change it without (a deleted runner unbinds with
     an UPDATE of ``runner_id`` only), and ``runner_online`` turns false when
-    heartbeats stop, with no write. ``include_items`` shapes the body;
+    heartbeats stop, with no write. While a turn of the session waits for a runner
+    slot, its place (``turn_queue.places``, three reads) is part of the input too.
+    ``include_items`` shapes the body;
     ``representation`` is the negotiated media type (``application/json; indent=2``
     renders other bytes). ``tests/api/test_snapshot_etag.py`` pins what it covers.
     """
@@ -225,6 +228,9 @@ def snapshot_etag(
         session.last_event_seq,
         session.updated_at.isoformat(),
         session_row(session, level=level, pending_count=0),
+        # Places in a runner's queue move with no write to this session (a turn ahead
+        # started): computed here, while any of its turns waits (no query otherwise).
+        places(session),
         include_items,
         representation,
     ]

@@ -23,6 +23,7 @@ from omnigent_site.timeutil import unix
 from .approval_shapes import ElicitationRequestEvent, pending_elicitations
 from .mcp_shapes import McpServerOut, McpServerState, mcp_servers_body, mcp_states
 from .models import Agent, Approval, Item, Permission, Session, SessionFile, Turn
+from .turn_queue import QueuedTurnOut, places
 
 UnixTime = Annotated[int, Doc("Unix seconds")]
 OptionalUnixTime = Annotated[int | None, Doc("Unix seconds")]
@@ -177,6 +178,10 @@ class SessionOut(SessionRowOut):
         dict[str, McpServerState],
         Doc("the MCP servers' latest state as the runner reported it (mcp.md)"),
     ]
+    queued_turns: Annotated[
+        list[QueuedTurnOut],
+        Doc("turns waiting for a runner slot, with their place in its queue (usage.md)"),
+    ]
 
 
 def session_row(session: Session, *, level: int, pending_count: int | None = None) -> SessionRowOut:
@@ -220,6 +225,7 @@ def session_body(
         "items": nested_items(items),
         "pending_elicitations": requests,
         "mcp_servers": mcp_states(session),
+        "queued_turns": places(session),
     }
 
 

@@ -30,7 +30,13 @@ from .approval_shapes import VerdictAction
 from .approval_shapes import elicitation_request_event as elicitation_request_event
 from .mcp_shapes import McpServerState
 from .models import Approval, Session, SessionFile, Turn
-from .shapes import FlatItemOut, ResponseEventOut, SessionFileOut, session_file_body
+from .shapes import (
+    FlatItemOut,
+    QueuedTurnOut,
+    ResponseEventOut,
+    SessionFileOut,
+    session_file_body,
+)
 
 # --- frames of the stream itself (never stored) -----------------------------------------
 
@@ -343,6 +349,19 @@ def mcp_status_event(*, session_id: str, servers: dict[str, McpServerState]) -> 
     return {"type": "session.mcp_status", "session_id": session_id, "servers": servers}
 
 
+class SessionQueueEvent(TypedDict):
+    """``session.queue``: the session's turns waiting for a runner slot changed, or their
+    places did (usage.md, Fair share); an empty list once all have started."""
+
+    type: Literal["session.queue"]
+    session_id: str
+    queued_turns: list[QueuedTurnOut]
+
+
+def session_queue_event(*, session_id: str, queued_turns: list[QueuedTurnOut]) -> SessionQueueEvent:
+    return {"type": "session.queue", "session_id": session_id, "queued_turns": queued_turns}
+
+
 # --- the registry -----------------------------------------------------------------------
 
 # What ``eventlog.record_event`` stores and the stream replays.
@@ -359,6 +378,7 @@ StoredEvent: TypeAlias = (
     | ElicitationResolvedEvent
     | PolicyDeniedEvent
     | McpStatusEvent
+    | SessionQueueEvent
 )
 
 # Each stored event type and its shape, in the order the schema lists them.
@@ -379,6 +399,7 @@ STORED_EVENTS: dict[str, type] = {
     "response.elicitation_resolved": ElicitationResolvedEvent,
     "response.policy_denied": PolicyDeniedEvent,
     "session.mcp_status": McpStatusEvent,
+    "session.queue": SessionQueueEvent,
 }
 
 # Every event type of the session stream and its shape.

@@ -46,7 +46,7 @@ SESSION_KEYS = {
     "pinned",
 }
 # The snapshot adds the transcript, the open questions and the MCP servers' states.
-SNAPSHOT_KEYS = SESSION_KEYS | {"items", "pending_elicitations", "mcp_servers"}
+SNAPSHOT_KEYS = SESSION_KEYS | {"items", "pending_elicitations", "mcp_servers", "queued_turns"}
 
 
 def is_int(value: object) -> bool:

@@ -25,7 +25,7 @@ from django.utils import timezone
 
 from omnigent_runner import protocol
 from omnigent_site.users import get_or_create_user
-from runners import runner_events
+from runners import runner_events, scheduler
 from runners import services as runner_services
 from runners.models import Runner
 from sessions import approvals, selectors, shapes, snapshot_cache
@@ -239,6 +239,30 @@ def test_a_message_and_runner_output_change_it(client_for, create_session) -> No
     assert etag_of(alice, session_id) != after_output["ETag"]
 
 
+def test_a_queued_turns_place_moving_changes_it(client_for, create_session) -> None:
+    """A turn ahead in the runner's queue starts: no write to this session, yet its
+    waiting turn's place moves, and so do the ETag and the body."""
+    runner = online_runner()
+    Runner.objects.filter(pk=runner.pk).update(max_turns=1)
+    ahead, behind, running = (create_session(ALICE) for _ in range(3))
+    Session.objects.filter(pk__in=[ahead, behind, running]).update(runner=runner)
+    alice = client_for(ALICE)
+    message(running)
+    scheduler.claim()
+    message(ahead)
+    waiting = message(behind)
+    scheduler.claim()
+    before = get(alice, behind)
+    assert before.json()["queued_turns"] == [{"response_id": waiting.id, "position": 2}]
+    # The running turn ends and the one ahead takes its slot.
+    Turn.objects.filter(session_id=running).update(status=Turn.Status.COMPLETED)
+    scheduler.claim()
+    after = get(alice, behind)
+    assert after.json()["queued_turns"] == [{"response_id": waiting.id, "position": 1}]
+    assert after["ETag"] != before["ETag"]
+    assert get(alice, behind, HTTP_IF_NONE_MATCH=before["ETag"]).status_code == 200
+
+
 def test_approvals_asked_resolved_and_expired_change_it(client_for, create_session) -> None:
     session_id = create_session(ALICE)
     alice = client_for(ALICE)
@@ -354,8 +378,11 @@ def test_an_admin_edit_of_an_item_changes_it(client_for, create_session, django_
 
 # The snapshot's fields outside its row shape: the transcript, the open questions and
 # the MCP servers' state, which change only with an event (``session.mcp_status`` is
-# stored with the event that reports it), so ``last_event_seq`` stands for them.
+# stored with the event that reports it), so ``last_event_seq`` stands for them; and the
+# queued turns' places, which move with no write to the session (a turn ahead started)
+# and are computed into the input while one waits (``selectors.snapshot_etag``).
 STOOD_FOR_BY_THE_EVENT_SEQUENCE = {"items", "pending_elicitations", "mcp_servers"}
+COMPUTED_INTO_THE_INPUT = {"queued_turns"}
 
 
 def _keys(shape: Any) -> set[str]:
@@ -365,7 +392,10 @@ def _keys(shape: Any) -> set[str]:
 def test_the_snapshot_is_its_row_plus_what_the_event_sequence_stands_for() -> None:
     """A field added to ``SessionOut`` outside the row would not be in the ETag's input:
     add it to ``session_row`` (covered) or make it change only with an event."""
-    assert _keys(SessionOut) - _keys(SessionRowOut) == STOOD_FOR_BY_THE_EVENT_SEQUENCE
+    assert (
+        _keys(SessionOut) - _keys(SessionRowOut)
+        == STOOD_FOR_BY_THE_EVENT_SEQUENCE | COMPUTED_INTO_THE_INPUT
+    )
 
 
 @pytest.mark.parametrize("field", sorted(_keys(SessionRowOut)))

@@ -74,7 +74,9 @@ class Stubs:
     def __init__(self) -> None:
         self.opened: list[WebsocketCommunicator] = []
 
-    async def online(self, token: str, *, open_sessions: list[str] | None = None) -> StubRunner:
+    async def online(
+        self, token: str, *, open_sessions: list[str] | None = None, max_turns: int | None = None
+    ) -> StubRunner:
         runner_id = derive_runner_id(token)
         comm = WebsocketCommunicator(
             application,
@@ -90,6 +92,7 @@ class Stubs:
             runner_version="stub",
             workspace={"root": "/tmp/stub", "vcs": "none"},
             open_sessions=open_sessions or [],
+            max_turns=max_turns,
         )
         await comm.send_to(text_data=protocol.encode(hello))
         welcome = await comm.receive_json_from(timeout=FRAME_TIMEOUT)

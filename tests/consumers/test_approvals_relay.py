@@ -28,6 +28,7 @@ from runners.models import Runner
 from runners.verdicts import sweep_expired_approvals
 from sessions import approvals
 from sessions.models import Approval, Session, SessionEvent, Turn
+from tests.turns import handed_to_runner
 
 from .stubs import (
     ALICE,
@@ -71,10 +72,11 @@ async def eventually(check: Callable[[], Any], *, timeout: float = FRAME_TIMEOUT
 
 
 async def open_turn(session: Session) -> Turn:
+    """A message's turn, handed to the runner (it holds a slot, usage.md)."""
     _item, response = await in_db(runner_events.accept_message)(
         session_id=session.id, created_by=ALICE, data=MESSAGE, tools=[]
     )
-    return response
+    return await in_db(handed_to_runner)(response)
 
 
 def requested(response_id: str, *, call_id: str = "call_1", timeout: float = 600) -> Any:

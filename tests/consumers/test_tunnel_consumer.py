@@ -29,6 +29,7 @@ from runners.models import Runner
 from runners.relay import RelayError, send_command
 from sessions.models import Item, Session, SessionEvent, Turn
 from sessions.services import create_session_from_bundle
+from tests.turns import handed_to_runner
 from workspaces.models import FileChange
 
 from .stubs import close_tunnels, grace_tasks
@@ -680,7 +681,8 @@ async def test_restarted_runner_gets_open_turns_again(
         comm, _welcome = await tunnels.online(token)
         opened = await receive(comm)
         assert opened["type"] == "session.open"
-        assert [entry["id"] for entry in opened["history"]] == [item.id]
+        # A turn the runner has not started brings its message with its turn.start only.
+        assert opened["history"] == []
         start = await receive(comm)
         assert start["type"] == "turn.start", start
         assert start["session_id"] == bound_session.id
@@ -735,10 +737,11 @@ def done_events(session_id: str) -> list[str]:
 
 
 async def open_turn(session: Session) -> Turn:
+    """A message's turn, handed to the runner (it holds a slot, usage.md)."""
     _item, response = await in_db(runner_events.accept_message)(
         session_id=session.id, created_by=ALICE, data=USER_MESSAGE, tools=[]
     )
-    return response
+    return await in_db(handed_to_runner)(response)
 
 
 async def test_events_are_stored_once_and_acknowledged(
@@ -1035,6 +1038,7 @@ def busy_idle_pair(alice: Any, runner: Runner, bundle: bytes) -> tuple[Session, 
     _item, response = runner_events.accept_message(
         session_id=busy.id, created_by=ALICE, data=USER_MESSAGE, tools=[]
     )
+    handed_to_runner(response)
     busy.refresh_from_db()
     assert busy.status == Session.Status.RUNNING
     return busy, response, idle

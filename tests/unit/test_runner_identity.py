@@ -82,6 +82,7 @@ def test_config_from_env(tmp_path: Path) -> None:
     assert config.log_level == "INFO"
     assert config.delta_interval_ms == 40  # the default
     assert config.llm_http_client == "aiohttp"  # the default
+    assert config.max_turns == 8  # the default
     assert TOKEN not in repr(config)
 
 
@@ -143,6 +144,23 @@ def test_flags_override_env(tmp_path: Path) -> None:
 def test_delta_interval(tmp_path: Path, argv: list[str], env_value: str, expected: int) -> None:
     env = _env(tmp_path, OMNIGENT_RUNNER_DELTA_INTERVAL_MS=env_value)
     assert load_config(argv, env).delta_interval_ms == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "env_value", "expected"),
+    [([], "1", 1), ([], " 4 ", 4), ([], "", 8), (["--max-turns", "2"], "16", 2)],
+)
+def test_max_turns(tmp_path: Path, argv: list[str], env_value: str, expected: int) -> None:
+    env = _env(tmp_path, OMNIGENT_RUNNER_MAX_TURNS=env_value)
+    assert load_config(argv, env).max_turns == expected
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1001", "2.5", "+5", "many", "\u0663"])
+def test_bad_max_turns_is_a_config_error(tmp_path: Path, value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config([], _env(tmp_path, OMNIGENT_RUNNER_MAX_TURNS=value))
+    assert "OMNIGENT_RUNNER_MAX_TURNS" in str(info.value)
+    assert "1 to 1000" in str(info.value)
 
 
 @pytest.mark.parametrize("value", ["-1", "1001", "40.5", "1_000", "+5", "fast", "\u0663"])

@@ -235,6 +235,7 @@ async def test_hello_carries_identity_workspace_and_open_sessions(
         "workspace": {"root": str(tmp_path), "vcs": "none"},
         "capabilities": {"isolate_sessions": False, "event_batches": True},
         "open_sessions": ["sess_held"],
+        "max_turns": 8,  # OMNIGENT_RUNNER_MAX_TURNS's default
     }
     assert executor.sink is not None
 

@@ -54,6 +54,7 @@ SESSION_STREAM_KEYS: dict[str, list[str]] = {
         "phase",
     ],
     "session.mcp_status": ["type", "session_id", "servers"],
+    "session.queue": ["type", "session_id", "queued_turns"],
     "session.runner": ["type", "session_id", "runner_id", "runner_name", "runner_online"],
     "session.resync": ["type", "session_id"],
     "stream.overflow": ["type", "session_id", "last_event_id", "message"],
@@ -160,6 +161,9 @@ def session_stream_events() -> dict[str, Callable[[], Any]]:
         "session.mcp_status": lambda: events.mcp_status_event(
             session_id="conv_1",
             servers={"git": {"status": "ready", "transport": "stdio", "tools": ["git__status"]}},
+        ),
+        "session.queue": lambda: events.session_queue_event(
+            session_id="conv_1", queued_turns=[{"response_id": "resp_1", "position": 1}]
         ),
         "session.resync": lambda: events.session_resync_event("conv_1"),
         "stream.overflow": lambda: events.stream_overflow_event(

@@ -47,6 +47,7 @@ async function loadSnapshot() {
     drawMcp(snapshot.mcp_servers);
     transcript.reset();
     transcript.addMany(snapshot.items.map(flatten));
+    drawQueue(snapshot.queued_turns ?? []);
     if (snapshot.status === "failed" && snapshot.last_task_error) {
       transcript.error("last", snapshot.last_task_error.message);
     }
@@ -80,6 +81,21 @@ async function loadSnapshot() {
   } finally {
     loading = null;
   }
+}
+
+// Turns waiting for a runner slot show their place. A place moves when a turn ahead
+// (of any session) starts, which this session's stream does not carry: while one
+// waits, the place is read again every few seconds.
+let queueTimer = null;
+function drawQueue(queued) {
+  transcript.places(queued);
+  clearTimeout(queueTimer);
+  if (!queued.length) return;
+  queueTimer = setTimeout(() => {
+    get(`${base}?include_items=false`)
+      .then((fresh) => drawQueue(fresh.queued_turns ?? []))
+      .catch(() => drawQueue(queued));
+  }, 3000);
 }
 
 // A search result opens the session at its match: `#item-<id>` (sessions.js).
@@ -266,6 +282,9 @@ function handle(event) {
       break;
     case "session.mcp_status":
       drawMcp(event.servers);
+      break;
+    case "session.queue":
+      drawQueue(event.queued_turns);
       break;
     case "session.resync":
       held = [];

@@ -322,6 +322,26 @@ export class Transcript {
     }
   }
 
+  // Turns waiting for a runner slot (the snapshot's `queued_turns`, `session.queue`):
+  // each one's message says its place in the runner's queue; the others say nothing.
+  places(queuedTurns) {
+    const places = new Map(queuedTurns.map((turn) => [turn.response_id, turn.position]));
+    for (const node of this.root.querySelectorAll("li.entry.user[data-response-id]")) {
+      const position = places.get(node.dataset.responseId);
+      let note = node.querySelector(".queue-place");
+      if (!position) {
+        note?.remove();
+        continue;
+      }
+      if (!note) {
+        note = el("span", { class: "queued-note queue-place" });
+        node.querySelector(".entry-head")?.append(note);
+      }
+      note.textContent = position === 1 ? "waiting for a runner: next" : `waiting for a runner: #${position}`;
+      note.title = "the runner runs as many turns at once as it declared; this one starts when a slot frees";
+    }
+  }
+
   // The snapshot of a busy session: user messages of turns after the running one wait.
   markQueued(activeResponseId) {
     if (!activeResponseId) return;
