@@ -302,7 +302,11 @@ def test_a_rolling_restart_under_twenty_sessions_loses_nothing(
                 return
             response_id = accepted.json()["response_id"]
             sent[session_id].append(response_id)
-            turn = wait_turn(front, session_id, response_id, deadline_s=120)
+            try:
+                turn = wait_turn(front, session_id, response_id, deadline_s=120)
+            except TimeoutError as exc:  # a turn left waiting: reported, not swallowed
+                outcomes.append((session_id, response_id, str(exc)))
+                return
             outcomes.append((session_id, response_id, turn["status"]))
 
     def turns_done() -> int:
