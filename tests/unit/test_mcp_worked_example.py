@@ -6,7 +6,6 @@ server's tool. Only the model's address (the mock) and the Python the declaratio
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import re
@@ -64,10 +63,6 @@ async def run(executor: Any, sink: Any, response_id: str) -> dict[str, str]:
     }
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("mcp_server_time") is None,
-    reason="mcp-server-time is not installed (pip install mcp-server-time)",
-)
 async def test_the_time_example(mock, make_executor, workspace) -> None:
     spec = example("time")
     assert spec["tools"]["time"]["command"] == "python"
@@ -98,10 +93,6 @@ async def test_the_time_example(mock, make_executor, workspace) -> None:
     await executor.close_session(session_id=SID)
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("mcp_server_git") is None,
-    reason="mcp-server-git is not installed (pip install mcp-server-git)",
-)
 async def test_the_git_example(mock, make_executor, workspace: Path) -> None:
     spec = {"os_env": {"type": "caller_process", "cwd": "."}, **example("git")}
     await asyncio.to_thread(subprocess.run, ["git", "init", "-q", str(workspace)], check=True)
