@@ -86,7 +86,7 @@ llm-compat: bootstrap-dev
 lint: bootstrap-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy api omnigent_site omnigent_runner sessions runners workspaces webhooks webhook_outbox audit schedules web scripts testing
+	$(BIN)/mypy api omnigent_site omnigent_runner sessions runners workspaces webhooks webhook_outbox audit usage schedules web scripts testing
 	$(BIN)/lint-imports
 
 # The runner as a wheel in dist/ (pyproject.toml): `pip install dist/omnigent_runner-*.whl`

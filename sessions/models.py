@@ -108,6 +108,9 @@ class Session(models.Model):
     archived_at = models.DateTimeField(null=True, blank=True)
     # The runner's latest ``session.mcp_status`` (mcp.md): server name -> state.
     mcp_servers = models.JSONField(default=dict, blank=True)
+    # The cost of its priced LLM calls in nano-dollars (docs/usage.md); null until one is
+    # priced. Kept with the row, which every list row reads, under its lock.
+    total_cost_nano = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -148,6 +151,8 @@ class Turn(models.Model):
     tools = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
+    # Its LLM calls' sums (usage.shapes.add_to_turn), null before the first (docs/usage.md).
+    usage = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]

@@ -19,6 +19,7 @@ from typing_extensions import Doc, TypedDict
 
 from omnigent_site.shapes import CursorPage, ErrorInfo, allows_extra_keys
 from omnigent_site.timeutil import unix
+from usage.shapes import SessionUsageOut, TurnUsageOut, turn_usage_body, usd
 
 from .approval_shapes import ElicitationRequestEvent, pending_elicitations
 from .mcp_shapes import McpServerOut, McpServerState, mcp_servers_body, mcp_states
@@ -159,6 +160,9 @@ class SessionRowOut(TypedDict):
     archived: Annotated[
         bool, Doc("hidden from the default list (`?archived=1` lists these); a message clears it")
     ]
+    total_cost_usd: Annotated[
+        float | None, Doc("the cost of its priced LLM calls (docs/usage.md); null: none priced")
+    ]
 
 
 class SessionOut(SessionRowOut):
@@ -172,6 +176,10 @@ class SessionOut(SessionRowOut):
     mcp_servers: Annotated[
         dict[str, McpServerState],
         Doc("the MCP servers' latest state as the runner reported it (mcp.md)"),
+    ]
+    usage: Annotated[
+        SessionUsageOut | None,
+        Doc("its LLM calls' tokens and cost, in all and by model (docs/usage.md); null: none"),
     ]
 
 
@@ -200,19 +208,29 @@ def session_row(session: Session, *, level: int, pending_count: int | None = Non
         "pending_elicitations_count": pending_count,
         "share_workspace_files": session.share_workspace_files,
         "archived": session.archived_at is not None,
+        "total_cost_usd": (
+            usd(session.total_cost_nano) if session.total_cost_nano is not None else None
+        ),
     }
 
 
 def session_body(
-    session: Session, *, level: int, items: Iterable[Item], pending: Iterable[Approval] = ()
+    session: Session,
+    *,
+    level: int,
+    items: Iterable[Item],
+    pending: Iterable[Approval] = (),
+    usage: SessionUsageOut | None = None,
 ) -> SessionOut:
-    """``pending``: the session's open questions, oldest first."""
+    """``pending``: the session's open questions, oldest first; ``usage``: its totals
+    (``usage.selectors.session_usage``)."""
     requests = pending_elicitations(pending)
     return {
         **session_row(session, level=level, pending_count=len(requests)),
         "items": nested_items(items),
         "pending_elicitations": requests,
         "mcp_servers": mcp_states(session),
+        "usage": usage,
     }
 
 
@@ -291,6 +309,10 @@ class ResponseCommon(TypedDict):
         list[FlatItemOut], Doc("what the turn produced, without the input that started it")
     ]
     created_at: UnixTime
+    usage: Annotated[
+        TurnUsageOut | None,
+        Doc("its LLM calls' tokens and cost (docs/usage.md); null before the first call"),
+    ]
 
 
 class ResponseOut(ResponseCommon):
@@ -313,6 +335,7 @@ def _response_common(turn: Turn, output: list[dict[str, Any]]) -> ResponseCommon
         "error": turn.error,
         "output": cast("list[FlatItemOut]", output),
         "created_at": unix_seconds(turn.created_at),
+        "usage": turn_usage_body(turn.usage),
     }
 
 

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypeAlias, cast
 from typing_extensions import Doc, TypedDict
 
 from omnigent_site.shapes import ErrorInfo
+from usage.shapes import SessionUsageOut
 
 # The question event is defined with the snapshot's shapes; it is part of this stream too.
 from .approval_shapes import ElicitationRequestEvent as ElicitationRequestEvent
@@ -343,6 +344,19 @@ def mcp_status_event(*, session_id: str, servers: dict[str, McpServerState]) -> 
     return {"type": "session.mcp_status", "session_id": session_id, "servers": servers}
 
 
+class SessionUsageEvent(TypedDict):
+    """``session.usage``: the session's usage totals, after each turn that called a
+    model, stored before the turn's end event (docs/usage.md)."""
+
+    type: Literal["session.usage"]
+    session_id: str
+    usage: SessionUsageOut
+
+
+def session_usage_event(*, session_id: str, usage: SessionUsageOut) -> SessionUsageEvent:
+    return {"type": "session.usage", "session_id": session_id, "usage": usage}
+
+
 # --- the registry -----------------------------------------------------------------------
 
 # What ``eventlog.record_event`` stores and the stream replays.
@@ -359,6 +373,7 @@ StoredEvent: TypeAlias = (
     | ElicitationResolvedEvent
     | PolicyDeniedEvent
     | McpStatusEvent
+    | SessionUsageEvent
 )
 
 # Each stored event type and its shape, in the order the schema lists them.
@@ -379,6 +394,7 @@ STORED_EVENTS: dict[str, type] = {
     "response.elicitation_resolved": ElicitationResolvedEvent,
     "response.policy_denied": PolicyDeniedEvent,
     "session.mcp_status": McpStatusEvent,
+    "session.usage": SessionUsageEvent,
 }
 
 # Every event type of the session stream and its shape.

@@ -43,9 +43,11 @@ SESSION_KEYS = {
     "pending_elicitations_count",
     "share_workspace_files",
     "archived",
+    "total_cost_usd",
 }
-# The snapshot adds the transcript, the open questions and the MCP servers' states.
-SNAPSHOT_KEYS = SESSION_KEYS | {"items", "pending_elicitations", "mcp_servers"}
+# The snapshot adds the transcript, the open questions, the MCP servers' states and
+# the usage totals.
+SNAPSHOT_KEYS = SESSION_KEYS | {"items", "pending_elicitations", "mcp_servers", "usage"}
 
 
 def is_int(value: object) -> bool:
@@ -642,6 +644,7 @@ def test_responses_list_and_get(client_for, create_session) -> None:
             }
         ],
         "created_at": int(BASE_TIME.timestamp()),
+        "usage": None,
         "completed_at": int(BASE_TIME.timestamp()) + 5,
     }
     assert is_int(body["output"][0]["created_at"])

@@ -354,8 +354,9 @@ def test_an_admin_edit_of_an_item_changes_it(client_for, create_session, django_
 
 # The snapshot's fields outside its row shape: the transcript, the open questions and
 # the MCP servers' state, which change only with an event (``session.mcp_status`` is
-# stored with the event that reports it), so ``last_event_seq`` stands for them.
-STOOD_FOR_BY_THE_EVENT_SEQUENCE = {"items", "pending_elicitations", "mcp_servers"}
+# stored with the event that reports it), so ``last_event_seq`` stands for them; and the
+# usage totals, which change with the row's ``updated_at`` (``_apply_usage``).
+STOOD_FOR_BY_THE_EVENT_SEQUENCE = {"items", "pending_elicitations", "mcp_servers", "usage"}
 
 
 def _keys(shape: Any) -> set[str]:
