@@ -61,3 +61,28 @@ def session_rows(
 def grouped(rows: QuerySet[Any], *, by: str) -> list[dict[str, Any]]:
     """Sums of ``rows`` per value of the column ``by``, ordered by it."""
     return list(rows.values(by).annotate(**SUMS).order_by(by))
+
+
+def cost_per_day(*, user_ids: Sequence[int] | None, since: date, until: date) -> dict[date, int]:
+    """Nano-dollars per UTC day (days without cost left out)."""
+    rows = daily_rows(user_ids=user_ids, since=since, until=until)
+    return {
+        row["day"]: int(row["cost"] or 0)
+        for row in rows.values("day").annotate(cost=Sum("cost_nano")).order_by("day")
+    }
+
+
+def total_cost(*, user_ids: Sequence[int] | None, since: date | None, until: date | None) -> int:
+    found = daily_rows(user_ids=user_ids, since=since, until=until).aggregate(cost=Sum("cost_nano"))
+    return int(found["cost"] or 0)
+
+
+def session_costs(
+    *, user_ids: Sequence[int] | None, since: date | None, until: date | None
+) -> dict[str, dict[str, int]]:
+    """``{session id: {model: nano-dollars}}`` of the sessions with calls in the range."""
+    found: dict[str, dict[str, int]] = {}
+    rows = session_rows(user_ids=user_ids, since=since, until=until)
+    for row in rows.values("session_id", "model").annotate(cost=Sum("cost_nano")):
+        found.setdefault(row["session_id"], {})[row["model"]] = int(row["cost"] or 0)
+    return found
