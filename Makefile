@@ -77,6 +77,8 @@ bench: bootstrap-dev
 	$(BIN)/python -m bench.retention
 	$(BIN)/python -m bench.retention --database postgres
 	$(BIN)/python -m bench.schedules
+	$(BIN)/python -m bench.usage
+	$(BIN)/python -m bench.usage --database postgres
 
 # The runner against llama-cpp-python's real server (outside CI; docs/testing.md). The
 # first run compiles llama.cpp into var/llm-compat/venv. ARGS: e.g. --runner-from main.
