@@ -36,6 +36,7 @@ from sessions import approvals, blobs, policies, updates, webhook_events
 from sessions import files as session_files
 from sessions.eventlog import (
     WriteUnit,
+    at_block_end,
     publishing_together,
     record_event,
     save_session_fields,
@@ -715,7 +716,14 @@ def _apply_usage(run: _Run, event: protocol.UsageRecorded) -> None:
         usage=usage,
     )
     response.usage = add_to_turn(response.usage, usage, call.cost_nano)
-    update_row(response, ["usage"])
+    # The turn's row is written once per run of events, with its latest sums.
+    if not at_block_end(
+        session_id=session.id,
+        key=("turn-usage", response.id),
+        action=lambda: update_row(response, ["usage"]),
+        unit=run.unit,
+    ):
+        update_row(response, ["usage"])
     if call.cost_nano is not None:
         session.total_cost_nano = (session.total_cost_nano or 0) + call.cost_nano
     # ``updated_at`` moves the snapshot's ETag: its ``usage`` changed without an event.

@@ -154,6 +154,8 @@ class PriceCache:
         self._lock = threading.Lock()
         self._table: dict[str, Rates] | None = None
         self._read_at = 0.0
+        # Each model's match in the current table (most calls name a few models).
+        self._matches: dict[str, Rates | None] = {}
 
     def table(self) -> dict[str, Rates]:
         now = self._clock()
@@ -162,8 +164,16 @@ class PriceCache:
             return table
         with self._lock:
             table = self._load()
-            self._table, self._read_at = table, now
+            self._table, self._read_at, self._matches = table, now, {}
         return table
+
+    def rates_for(self, model: str) -> Rates | None:
+        """``match`` in the current table, remembered until the table is read again."""
+        table = self.table()
+        matches = self._matches
+        if model not in matches:
+            matches[model] = match(table, model)
+        return matches[model]
 
     def clear(self) -> None:
         with self._lock:

@@ -23,10 +23,10 @@ from django.db import connection, transaction
 from django.db.models import Model
 from django.utils import timezone
 
-from omnigent_site.rawsql import insert_row, quoted
+from omnigent_site.rawsql import insert_rows, quoted
 
 from .models import DailyUsage, LlmCall, Price, SessionUsage
-from .pricing import DEFAULT_PRICES_FILE, PriceCache, Rates, match, read_price_file
+from .pricing import DEFAULT_PRICES_FILE, PriceCache, Rates, read_price_file
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def cost_of(usage: CallUsage) -> int | None:
     """The call's cost in nano-dollars at today's prices; None when unpriced or unreported."""
     if not usage.reported:
         return None
-    rates = match(prices.table(), usage.model)
+    rates = prices.rates_for(usage.model)
     if rates is None:
         return None
     return rates.cost_nano(
@@ -112,7 +112,7 @@ def record_call(
         created_at=at,
         **{name: getattr(usage, name) if usage.reported else 0 for name in TOKEN_FIELDS},
     )
-    insert_row(call)
+    insert_rows(LlmCall, [call])  # its id is not needed: no RETURNING
     day = at.astimezone(UTC).date() if timezone.is_aware(at) else at.date()
     sums = [getattr(call, name) for name in TOKEN_FIELDS]
     sums += [1, 0 if cost is None else 1, cost or 0]

@@ -115,3 +115,15 @@ def test_the_cache_reads_again_after_its_ttl_or_when_cleared() -> None:
     cache.clear()
     cache.table()
     assert len(loads) == 3
+
+
+def test_the_cache_remembers_each_models_match_until_it_reads_again() -> None:
+    tables = [{"gpt-4o": rates("1", "1")}, {"gpt-4o": rates("2", "2")}]
+    cache = PriceCache(lambda: tables.pop(0), ttl_s=10, clock=lambda: 0.0)
+    first = cache.rates_for("gpt-4o-2024-08-06")
+    assert first is not None and first.input == 1_000_000
+    assert cache.rates_for("gpt-4o-2024-08-06") is first
+    assert cache.rates_for("mock-model") is None
+    cache.clear()
+    second = cache.rates_for("gpt-4o-2024-08-06")
+    assert second is not None and second.input == 2_000_000
