@@ -717,13 +717,16 @@ def _apply_usage(run: _Run, event: protocol.UsageRecorded) -> None:
     )
     response.usage = add_to_turn(response.usage, usage, call.cost_nano)
     # The turn's row is written once per run of events, with its latest sums.
+    def write_turn_usage() -> None:
+        update_row(response, ["usage"])
+
     if not at_block_end(
         session_id=session.id,
         key=("turn-usage", response.id),
-        action=lambda: update_row(response, ["usage"]),
+        action=write_turn_usage,
         unit=run.unit,
     ):
-        update_row(response, ["usage"])
+        write_turn_usage()
     if call.cost_nano is not None:
         session.total_cost_nano = (session.total_cost_nano or 0) + call.cost_nano
     # ``updated_at`` moves the snapshot's ETag: its ``usage`` changed without an event.
