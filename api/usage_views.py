@@ -31,14 +31,6 @@ from usage.report import UsageGroupOut, UsageGroupsOut, UsageReportOut
 from usage.shapes import usd
 
 GROUPS = ("day", "model", "agent", "session", "user")
-# The column each group is keyed by, and whether it is read from the session rows.
-GROUP_COLUMNS = {
-    "day": "day",
-    "model": "model",
-    "agent": "agent_name",
-    "session": "session_id",
-    "user": "user_id",
-}
 DAILY_COSTS_DEFAULT_DAYS = 30
 MAX_RANGE_DAYS = 3660
 MAX_SESSIONS = 200
@@ -112,39 +104,30 @@ def _user_pk(username: str) -> int:
 def _groups(
     group: str, *, user_ids: list[int] | None, since: date | None, until: date | None
 ) -> UsageGroupsOut:
-    column = GROUP_COLUMNS[group]
-    if group == "session":
-        rows = selectors.grouped(
-            selectors.session_rows(user_ids=user_ids, since=since, until=until), by=column
-        )
-    else:
-        rows = selectors.grouped(
-            selectors.daily_rows(user_ids=user_ids, since=since, until=until), by=column
-        )
+    rows = selectors.grouped(group, user_ids=user_ids, since=since, until=until)
     names: dict[Any, str] = {}
     if group == "user":
         User = get_user_model()
         names = dict(
-            User.objects.filter(pk__in=[row[column] for row in rows]).values_list(
+            User.objects.filter(pk__in=[row[0] for row in rows]).values_list(
                 "pk", User.USERNAME_FIELD
             )
         )
     data: list[UsageGroupOut] = []
-    for row in rows:
-        key = row[column]
+    for key, *values in rows:
+        sums = dict(zip(selectors.GROUPED_FIELDS, values, strict=True))
         if group == "user":
             key = names.get(key, str(key))
-        tokens = {name: int(row[name] or 0) for name in usage_services.TOKEN_FIELDS}
         data.append(
             {
                 "key": key.isoformat() if isinstance(key, date) else str(key),
-                "input_tokens": tokens["input_tokens"],
-                "output_tokens": tokens["output_tokens"],
-                "total_tokens": tokens["input_tokens"]
-                + tokens["cache_read_input_tokens"]
-                + tokens["cache_creation_input_tokens"]
-                + tokens["output_tokens"],
-                "cost_usd": usd(int(row["cost_nano"] or 0)) if row["priced_calls"] else None,
+                "input_tokens": sums["input_tokens"],
+                "output_tokens": sums["output_tokens"],
+                "total_tokens": sums["input_tokens"]
+                + sums["cache_read_input_tokens"]
+                + sums["cache_creation_input_tokens"]
+                + sums["output_tokens"],
+                "cost_usd": usd(sums["cost_nano"]) if sums["priced_calls"] else None,
             }
         )
     return {"object": "list", "data": data}

@@ -111,7 +111,8 @@ def populate_reports(*, users: int) -> None:
     from django.db import transaction
 
     from omnigent_site.users import get_or_create_user
-    from usage.models import DailyUsage, SessionUsage
+    from usage.models import DailyUsage, MonthlyUsage, SessionUsage
+    from usage.services import SUM_FIELDS
 
     today = datetime.now(UTC).date()
     user = get_or_create_user(USER)
@@ -159,6 +160,19 @@ def populate_reports(*, users: int) -> None:
                 for d in range(30)
                 for m in MODELS[:2]
             )  # fmt: skip
+    # The monthly rows, as recording leaves them: the daily ones summed per month.
+    with transaction.atomic():
+        months: dict[tuple[int, Any, str, str], dict[str, int]] = {}
+        columns = ("user_id", "day", "model", "agent_name", *SUM_FIELDS)
+        for user_id, day, model, agent, *sums in DailyUsage.objects.values_list(*columns):
+            key = (user_id, day.replace(day=1), model, agent)
+            found = months.setdefault(key, dict.fromkeys(SUM_FIELDS, 0))
+            for name, value in zip(SUM_FIELDS, sums, strict=True):
+                found[name] += value
+        MonthlyUsage.objects.bulk_create(
+            MonthlyUsage(user_id=u, month=m, model=model, agent_name=a, **sums)
+            for (u, m, model, a), sums in months.items()
+        )
 
 
 def bench_reports(*, users: int, requests: int) -> dict[str, Any]:

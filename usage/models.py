@@ -135,3 +135,25 @@ class DailyUsage(Totals):
 
     def __str__(self) -> str:
         return f"user {self.user_id} {self.day} {self.model} {self.agent_name}"
+
+
+class MonthlyUsage(Totals):
+    """The same per calendar month (``month``: its first day): a report over a long range
+    reads whole months here and only the days at its edges from ``DailyUsage``."""
+
+    user_id = models.BigIntegerField()
+    month = models.DateField()
+    model = models.CharField(max_length=256, blank=True, default="")
+    agent_name = models.CharField(max_length=128, blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user_id", "month", "model", "agent_name"], name="unique_monthly_usage"
+            )
+        ]
+        indexes = [models.Index(fields=["month"], name="monthly_usage_month")]
+        verbose_name_plural = "monthly usage"
+
+    def __str__(self) -> str:
+        return f"user {self.user_id} {self.month:%Y-%m} {self.model} {self.agent_name}"

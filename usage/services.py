@@ -3,7 +3,8 @@
 ``record_call`` runs inside the transaction that stores the runner's ``usage.recorded``
 event (``runners.runner_events``): the call's row and its two totals commit with the
 event or not at all, so a resent event (tunnel.md's at-least-once delivery) is counted
-exactly once, as the event is. Each total is one ``INSERT … ON CONFLICT … DO UPDATE``
+exactly once, as the event is. Each total (per session and day, per user and day, per user and month) is one
+``INSERT … ON CONFLICT … DO UPDATE``
 that adds to the stored row in the database, so concurrent writers (two server
 processes recording calls of one user) never lose an increment.
 """
@@ -25,7 +26,7 @@ from django.utils import timezone
 
 from omnigent_site.rawsql import insert_rows, quoted
 
-from .models import DailyUsage, LlmCall, Price, SessionUsage
+from .models import DailyUsage, LlmCall, MonthlyUsage, Price, SessionUsage
 from .pricing import DEFAULT_PRICES_FILE, PriceCache, Rates, read_price_file
 
 log = logging.getLogger(__name__)
@@ -124,6 +125,10 @@ def record_call(
         cursor.execute(
             _upsert_sql(DailyUsage, ("user_id", "day", "model", "agent_name"), ()),
             [user_id or 0, day, usage.model, agent_name, *sums],
+        )
+        cursor.execute(
+            _upsert_sql(MonthlyUsage, ("user_id", "month", "model", "agent_name"), ()),
+            [user_id or 0, day.replace(day=1), usage.model, agent_name, *sums],
         )
     return call
 

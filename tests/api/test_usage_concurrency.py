@@ -12,7 +12,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from usage import services as usage_services
-from usage.models import DailyUsage, LlmCall, Price, SessionUsage
+from usage.models import DailyUsage, LlmCall, MonthlyUsage, Price, SessionUsage
 
 WRITERS = 8
 CALLS = 40
@@ -61,7 +61,8 @@ def test_concurrent_calls_lose_no_increment() -> None:
     assert LlmCall.objects.count() == calls
     (daily,) = DailyUsage.objects.filter(user_id=7)
     (session,) = SessionUsage.objects.filter(session_id="conv_shared")
-    for total in (daily, session):
+    (monthly,) = MonthlyUsage.objects.filter(user_id=7)
+    for total in (daily, session, monthly):
         assert total.llm_calls == total.priced_calls == calls
         assert total.input_tokens == 1000 * calls
         assert total.output_tokens == 100 * calls

@@ -17,7 +17,7 @@ from runners import runner_events
 from runners.models import Runner
 from sessions.models import Session, SessionEvent, Turn
 from usage import services as usage_services
-from usage.models import DailyUsage, LlmCall, Price, SessionUsage
+from usage.models import DailyUsage, LlmCall, MonthlyUsage, Price, SessionUsage
 
 from .conftest import ALICE, BOB
 
@@ -147,6 +147,9 @@ def test_calls_add_up_per_turn_session_and_day(client_for, create_session) -> No
     assert daily["gpt-4o-mini-2024-07-18"].llm_calls == 3
     assert daily["gpt-4o-mini-2024-07-18"].priced_calls == 2
     assert daily["mock-model"].priced_calls == 0
+    monthly = MonthlyUsage.objects.get(user_id=user.pk, model="gpt-4o-mini-2024-07-18")
+    assert monthly.month == NOON.date().replace(day=1)
+    assert monthly.cost_nano == FIRST_COST + SECOND_COST and monthly.llm_calls == 3
     assert SessionUsage.objects.filter(session_id=session_id).count() == 2
 
 

@@ -13,7 +13,9 @@ from django.contrib.auth import get_user_model
 from omnigent_site.users import get_or_create_user
 from sessions.models import Session
 from usage import services as usage_services
-from usage.models import DailyUsage, SessionUsage
+from usage.models import DailyUsage, MonthlyUsage, SessionUsage
+from usage.selectors import split_range
+from usage.services import SUM_FIELDS
 
 from .conftest import ALICE, BOB, assert_error
 
@@ -55,6 +57,12 @@ def spend(
     }
     DailyUsage.objects.create(user_id=user_pk, **common)
     SessionUsage.objects.create(session_id=session_id, user_id=user_pk, **common)
+    month, _ = MonthlyUsage.objects.get_or_create(
+        user_id=user_pk, month=day.replace(day=1), model=model, agent_name=agent
+    )
+    for name in SUM_FIELDS:
+        setattr(month, name, getattr(month, name) + common.get(name, 0))
+    month.save()
 
 
 def test_the_report_of_the_callers_own_sessions(client_for, create_session) -> None:
@@ -187,3 +195,60 @@ def test_a_year_of_ten_models_is_read_in_few_queries(client_for, django_assert_m
         body = alice.get("/v1/usage?since=" + (TODAY - timedelta(days=364)).isoformat()).json()
     assert len(body["daily_costs"]) == 365
     assert body["total_cost_usd"] == 365 * 3 * 1000 / 1e9
+
+
+@pytest.mark.parametrize(
+    ("since", "until", "days", "months"),
+    [
+        # Whole months only.
+        ("2026-01-01", "2026-03-31", [], ("2026-01-01", "2026-03-01")),
+        # Edges inside months: their days, the months between.
+        (
+            "2026-01-15",
+            "2026-04-10",
+            [("2026-01-15", "2026-01-31"), ("2026-04-01", "2026-04-10")],
+            ("2026-02-01", "2026-03-01"),
+        ),
+        # Within one month: days only.
+        ("2026-02-03", "2026-02-20", [("2026-02-03", "2026-02-20")], None),
+        # Open ends.
+        (None, None, [], (None, None)),
+        ("2026-01-15", None, [("2026-01-15", "2026-01-31")], ("2026-02-01", None)),
+        (None, "2026-02-27", [("2026-02-01", "2026-02-27")], (None, "2026-01-01")),
+        (None, "2028-02-29", [], (None, "2028-02-01")),
+    ],
+)
+def test_a_range_is_whole_months_and_edge_days(since, until, days, months) -> None:
+    def parse(value: str | None) -> date | None:
+        return date.fromisoformat(value) if value else None
+
+    got_days, got_months = split_range(parse(since), parse(until))
+    assert got_days == [(parse(a), parse(b)) for a, b in days]
+    assert got_months == (None if months is None else (parse(months[0]), parse(months[1])))
+
+
+def test_groups_over_months_and_edge_days_count_each_day_once(client_for) -> None:
+    for offset in range(0, 120, 3):
+        spend(
+            ALICE,
+            day=date(2026, 1, 1) + timedelta(days=offset),
+            model="gpt-4o",
+            cost_nano=1_000_000_000,
+        )
+    for since, until in (
+        ("2026-01-10", "2026-04-20"),
+        ("2026-02-01", "2026-02-28"),
+        ("2026-01-01", "2026-04-30"),
+        ("2026-03-05", "2026-03-05"),
+    ):
+        first, last = date.fromisoformat(since), date.fromisoformat(until)
+        expected = sum(
+            1
+            for offset in range(0, 120, 3)
+            if first <= date(2026, 1, 1) + timedelta(days=offset) <= last
+        )
+        query = f"since={since}&until={until}"
+        by_model = client_for(ALICE).get(f"/v1/usage?group_by=model&{query}").json()["data"]
+        assert [row["cost_usd"] for row in by_model] == ([float(expected)] if expected else [])
+        report = client_for(ALICE).get(f"/v1/usage?{query}").json()
+        assert report["total_cost_usd"] == float(expected)

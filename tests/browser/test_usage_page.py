@@ -51,13 +51,17 @@ def seed_history(tmp_path: Path) -> None:
     code = (
         "import datetime as d\n"
         "from django.contrib.auth.models import User\n"
-        "from usage.models import DailyUsage\n"
+        "from usage.models import DailyUsage, MonthlyUsage\n"
         f"u = User.objects.get_or_create(username={ALICE!r})[0]\n"
         "today = d.datetime.now(d.UTC).date()\n"
         f"for days, model, agent, cost in {HISTORY!r}:\n"
         "    DailyUsage.objects.create(user_id=u.pk, day=today - d.timedelta(days=days),"
         " model=model, agent_name=agent, input_tokens=cost // 1000, output_tokens=cost // 4000,"
         " llm_calls=3, priced_calls=3, cost_nano=cost)\n"
+        "    m = MonthlyUsage.objects.get_or_create(user_id=u.pk,"
+        " month=(today - d.timedelta(days=days)).replace(day=1), model=model, agent_name=agent)[0]\n"
+        "    m.input_tokens += cost // 1000; m.output_tokens += cost // 4000; m.llm_calls += 3\n"
+        "    m.priced_calls += 3; m.cost_nano += cost; m.save()\n"
     )
     subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", code],
