@@ -162,6 +162,7 @@ def populate_reports(*, users: int) -> None:
             )  # fmt: skip
     # The monthly rows, as recording leaves them: the daily ones summed per month.
     with transaction.atomic():
+        MonthlyUsage.objects.all().delete()  # the recording part's, summed again below
         months: dict[tuple[int, Any, str, str], dict[str, int]] = {}
         columns = ("user_id", "day", "model", "agent_name", *SUM_FIELDS)
         for user_id, day, model, agent, *sums in DailyUsage.objects.values_list(*columns):
