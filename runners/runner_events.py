@@ -716,6 +716,7 @@ def _apply_usage(run: _Run, event: protocol.UsageRecorded) -> None:
         usage=usage,
     )
     response.usage = add_to_turn(response.usage, usage, call.cost_nano)
+
     # The turn's row is written once per run of events, with its latest sums.
     def write_turn_usage() -> None:
         update_row(response, ["usage"])
