@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
 
 from .models import DailyUsage, LlmCall, Price
@@ -52,7 +54,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class DailyUsageAdmin(ReadOnlyAdmin):
     list_display = [
         "day",
-        "user_id",
+        "user_name",
         "model",
         "agent_name",
         "llm_calls",
@@ -62,9 +64,19 @@ class DailyUsageAdmin(ReadOnlyAdmin):
         "cost_usd",
     ]
     list_filter = ["day", "model"]
-    search_fields = ["=user_id", "model", "agent_name"]
+    search_fields = ["user_name", "model", "agent_name"]
     date_hierarchy = "day"
     ordering = ["-day", "user_id", "model"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[DailyUsage]:
+        """Each row with its user's name (no foreign key: spend outlives the user)."""
+        User = get_user_model()
+        name = User.objects.filter(pk=OuterRef("user_id")).values(User.USERNAME_FIELD)[:1]
+        return super().get_queryset(request).annotate(user_name=Subquery(name))
+
+    @admin.display(description="user", ordering="user_name")
+    def user_name(self, obj: DailyUsage) -> str:
+        return getattr(obj, "user_name", None) or f"(user {obj.user_id})"
 
     @admin.display(description="cost (USD)")
     def cost_usd(self, obj: DailyUsage) -> str:
