@@ -5,6 +5,9 @@ the token, and the cost is the price file's."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +15,16 @@ from typing import Any
 import pytest
 
 from testing.mockllm import MockLLMServer
-from testing.processes import Runner, Server, bind, create_session, send_message, wait_turn
+from testing.processes import (
+    REPO,
+    Runner,
+    Server,
+    bind,
+    create_session,
+    send_message,
+    wait_turn,
+)
+from tests.e2e.conftest import server_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -40,7 +52,15 @@ COST_USD = (900 + 1200) / 1e6
 def priced_server(launch_server: Callable[..., Server], tmp_path: Path) -> Server:
     prices = tmp_path / "prices.yaml"
     prices.write_text(PRICES)
-    return launch_server(OMNIGENT_PRICES=str(prices))
+    server = launch_server(OMNIGENT_PRICES=str(prices))
+    # The database may be a copy of one migrated before (testing.processes.migrate),
+    # whose migrate-time price load read another environment: load this file now.
+    subprocess.run(
+        [sys.executable, "manage.py", "sync_prices", "--file", str(prices)],
+        cwd=REPO, env={**os.environ, **server_env(tmp_path)}, check=True, capture_output=True,
+        timeout=120,
+    )  # fmt: skip
+    return server
 
 
 @pytest.fixture
