@@ -78,6 +78,8 @@ bench: bootstrap-dev
 	$(BIN)/python -m bench.retention
 	$(BIN)/python -m bench.retention --database postgres
 	$(BIN)/python -m bench.schedules
+	$(BIN)/python -m bench.usage
+	$(BIN)/python -m bench.usage --database postgres
 
 # The runner against llama-cpp-python's real server (outside CI; docs/testing.md). The
 # first run compiles llama.cpp into var/llm-compat/venv. ARGS: e.g. --runner-from main.
@@ -87,7 +89,7 @@ llm-compat: bootstrap-dev
 lint: bootstrap-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
-	$(BIN)/mypy api omnigent_site omnigent_runner sessions runners workspaces webhooks webhook_outbox audit schedules web scripts testing
+	$(BIN)/mypy api omnigent_site omnigent_runner sessions runners workspaces webhooks webhook_outbox audit usage schedules web scripts testing
 	$(BIN)/lint-imports
 
 # The runner as a wheel in dist/ (pyproject.toml): `pip install dist/omnigent_runner-*.whl`

@@ -39,6 +39,7 @@ from sessions.serializers import (
     SessionUpdateSerializer,
 )
 from sessions.shapes import SessionDeletedOut, SessionOut, session_body, session_deleted_body
+from usage import selectors as usage_selectors
 
 
 class SessionDetailView(SessionScopedMixin, APIView):
@@ -135,7 +136,10 @@ class SessionDetailView(SessionScopedMixin, APIView):
     def snapshot(self, session: Session, *, include_items: bool) -> SessionOut:
         items = selectors.snapshot_items(session_id=session.id) if include_items else []
         pending = selectors.pending_approvals(session_id=session.id)
-        return session_body(session, level=self.session_level, items=items, pending=pending)
+        usage = usage_selectors.session_usage(session_id=session.id)
+        return session_body(
+            session, level=self.session_level, items=items, pending=pending, usage=usage
+        )
 
     def snapshot_etag(self, session: Session, *, include_items: bool) -> str:
         """The validator of ``snapshot(session)`` as this request's JSON renders it."""

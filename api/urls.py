@@ -23,6 +23,7 @@ from . import (
     stream_views,
     transfer_views,
     updates_views,
+    usage_views,
     views,
     webhook_views,
     workspace_views,
@@ -190,6 +191,8 @@ urlpatterns = [
     path("inbox", views.InboxView.as_view(), name="inbox"),
     # The audit log.
     path("audit", audit_views.AuditListView.as_view(), name="audit-list"),
+    # Usage and cost (docs/usage.md).
+    path("usage", usage_views.UsageView.as_view(), name="usage-report"),
     # The API's root and documents.
     path("", ApiRootView.as_view(), name="api-root"),
     path("schema", SchemaView.as_view(), name="schema"),

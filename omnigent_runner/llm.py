@@ -68,6 +68,73 @@ class ModelAnswer:
     calls: list[FunctionCall] = field(default_factory=list)
 
 
+@dataclass
+class CallUsage:
+    """What one model call used, as the provider reported it (usage.md, What is counted).
+
+    Filled while the answer streams: ``reported`` stays False when the provider sent no
+    usage (a Chat server that ignores ``stream_options``, a stream cut short), which the
+    server records as such, never as zero. ``input_tokens`` excludes the cached part
+    (``cache_read_input_tokens``), as the server's totals count them; ``model`` is the
+    model the provider answered with, when it named one.
+    """
+
+    model: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    reasoning_tokens: int = 0
+    reported: bool = False
+    # The request reached the provider (a 200 came back): only then is the call counted.
+    sent: bool = False
+
+    def read_responses(self, usage: Any) -> None:
+        """A Responses ``usage`` object: ``input_tokens`` includes the cached tokens."""
+        if not isinstance(usage, dict):
+            return
+        cached = _count(_field(usage.get("input_tokens_details"), "cached_tokens"))
+        self._set(
+            total_input=_count(usage.get("input_tokens")),
+            cached=cached,
+            created=_count(usage.get("cache_creation_input_tokens")),
+            output=_count(usage.get("output_tokens")),
+            reasoning=_count(_field(usage.get("output_tokens_details"), "reasoning_tokens")),
+        )
+
+    def read_chat(self, usage: Any) -> None:
+        """A Chat Completions ``usage`` object: ``prompt_tokens`` includes the cached ones."""
+        if not isinstance(usage, dict):
+            return
+        self._set(
+            total_input=_count(usage.get("prompt_tokens")),
+            cached=_count(_field(usage.get("prompt_tokens_details"), "cached_tokens")),
+            created=_count(usage.get("cache_creation_input_tokens")),
+            output=_count(usage.get("completion_tokens")),
+            reasoning=_count(_field(usage.get("completion_tokens_details"), "reasoning_tokens")),
+        )
+
+    def _set(self, *, total_input: int, cached: int, created: int, output: int, reasoning: int):
+        cached = min(cached, total_input)
+        self.input_tokens = total_input - cached
+        self.cache_read_input_tokens = cached
+        self.cache_creation_input_tokens = created
+        self.output_tokens = output
+        self.reasoning_tokens = min(reasoning, output) if output else reasoning
+        self.reported = True
+
+    def answered_with(self, model: Any) -> None:
+        if isinstance(model, str) and model:
+            self.model = model
+
+
+def _count(value: Any) -> int:
+    """A token count from the provider's JSON: a non-negative integer, else 0."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    return max(int(value), 0)
+
+
 @dataclass(frozen=True)
 class ModelRequest:
     """Everything one model call needs; ``tools`` are Chat-format function definitions."""
@@ -128,9 +195,15 @@ class ClientPool:
 
 
 async def call_model(
-    client: openai.AsyncOpenAI, request: ModelRequest, on_delta: DeltaCallback
+    client: openai.AsyncOpenAI,
+    request: ModelRequest,
+    on_delta: DeltaCallback,
+    usage: CallUsage | None = None,
 ) -> ModelAnswer:
     """Stream one answer, calling ``on_delta`` per text delta; raise :class:`LLMError`.
+
+    ``usage``, when given, is filled with what the call used as the answer streams, so
+    the caller can count a call that failed part way as well as one that finished.
 
     The SDK has already retried what it retries (connection errors, 408/409/429/5xx)
     by the time an exception reaches us, so every failure here is final for the turn.
@@ -138,7 +211,7 @@ async def call_model(
     never opened: the server was reached, and the transport's words for the break
     (aiohttp's "TransferEncodingError: 400") read like an HTTP status.
     """
-    progress = _Progress()
+    progress = _Progress(usage=usage if usage is not None else CallUsage())
     try:
         if request.api == "chat_completions":
             return await _call_chat(client, request, on_delta, progress)
@@ -164,8 +237,10 @@ async def call_model(
 
 @dataclass
 class _Progress:
-    """How far a call got: ``answering`` once the response's headers said 200."""
+    """How far a call got: ``answering`` once the response's headers said 200; what it
+    used so far."""
 
+    usage: CallUsage
     answering: bool = False
 
 
@@ -244,6 +319,7 @@ async def _open_event_stream(
     """
     async with create(stream=True, **params) as response:
         progress.answering = True
+        progress.usage.sent = True
         events: openai.AsyncStream[object] = await response.parse(to=openai.AsyncStream[object])
         yield events
 
@@ -299,7 +375,10 @@ async def _call_responses(
             elif kind == "response.output_item.done":
                 done_items.append(event.get("item"))
             elif kind in ("response.completed", "response.incomplete"):
-                final_output = list(_field(event.get("response"), "output") or [])
+                final = event.get("response")
+                final_output = list(_field(final, "output") or [])
+                progress.usage.answered_with(_field(final, "model"))
+                progress.usage.read_responses(_field(final, "usage"))
             elif kind == "response.failed":
                 message = _field(_field(event.get("response"), "error"), "message")
                 if not isinstance(message, str):
@@ -375,10 +454,15 @@ async def _call_chat(
         progress,
         model=request.model,
         messages=[],
+        stream_options={"include_usage": True},
         extra_body=body,
     ) as chunks:
         async for chunk in chunks:
             chunk_count += 1
+            if isinstance(chunk, dict):
+                progress.usage.answered_with(chunk.get("model"))
+                if chunk.get("usage") is not None:
+                    progress.usage.read_chat(chunk.get("usage"))
             for choice in _field(chunk, "choices") or []:
                 finished = finished or bool(_field(choice, "finish_reason"))
                 delta = _field(choice, "delta")

@@ -391,6 +391,24 @@ class McpStatus(Event, tag="session.mcp_status", kw_only=True, frozen=True):
     servers: dict[str, JsonObject]
 
 
+TokenCount = Annotated[int, Meta(ge=0)]
+
+
+class UsageRecorded(Event, tag="usage.recorded", kw_only=True, frozen=True, omit_defaults=False):
+    """What one LLM call of a turn used (usage.md): one per call, the provider's counts
+    (``input_tokens`` without the cached part); ``reported`` false when it gave none,
+    and then the counts are zero and mean nothing."""
+
+    response_id: NonEmptyStr
+    model: str = ""
+    input_tokens: TokenCount = 0
+    output_tokens: TokenCount = 0
+    cache_read_input_tokens: TokenCount = 0
+    cache_creation_input_tokens: TokenCount = 0
+    reasoning_tokens: TokenCount = 0
+    reported: bool = True
+
+
 AnyEvent: TypeAlias = (
     SessionStatus
     | ResponseCreated
@@ -403,6 +421,7 @@ AnyEvent: TypeAlias = (
     | PolicyDenied
     | WorkspaceChanges
     | McpStatus
+    | UsageRecorded
 )
 TurnEnd: TypeAlias = ResponseCompleted | ResponseFailed | ResponseCancelled
 

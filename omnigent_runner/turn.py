@@ -28,6 +28,7 @@ from omnigent_runner.bundles import AgentSpec
 from omnigent_runner.coalesce import DEFAULT_DELTA_INTERVAL_MS, DeltaCoalescer
 from omnigent_runner.llm import (
     TOOL_CHOICE_MODES,
+    CallUsage,
     ClientPool,
     FunctionCall,
     LLMError,
@@ -300,10 +301,15 @@ class TurnRunner:
                 streamed.append(delta)
                 self._delta(message_id, delta)
 
+        usage = CallUsage()
         try:
-            answer = await call_model(client, request, on_delta)
-        except LLMError:
-            self._keep_partial_text(message_id, "".join(streamed))
+            answer = await call_model(client, request, on_delta, usage)
+        except BaseException as exc:
+            if isinstance(exc, LLMError):
+                self._keep_partial_text(message_id, "".join(streamed))
+            # Every call the provider answered is counted, also one that failed or was
+            # interrupted part way (usage.md: such turns count what their calls used).
+            self._report_usage(usage, requested=request.model)
             raise
         if answer.text:
             if not streamed:
@@ -317,7 +323,26 @@ class TurnRunner:
                     "content": [{"type": "output_text", "text": answer.text}],
                 }
             )
+        self._report_usage(usage, requested=request.model)
         return answer.calls
+
+    def _report_usage(self, usage: CallUsage, *, requested: str) -> None:
+        """One ``usage.recorded`` per model call the provider answered; the server prices
+        and totals it."""
+        if not usage.sent:
+            return
+        self._emit(
+            protocol.UsageRecorded(
+                response_id=self._rid,
+                model=usage.model or requested,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_read_input_tokens=usage.cache_read_input_tokens,
+                cache_creation_input_tokens=usage.cache_creation_input_tokens,
+                reasoning_tokens=usage.reasoning_tokens,
+                reported=usage.reported,
+            )
+        )
 
     def _keep_partial_text(self, message_id: str, text: str) -> None:
         """Store the text a failed model call had already streamed, as an ``incomplete``

@@ -104,6 +104,7 @@ INSTALLED_APPS = [
     "webhook_outbox.apps.WebhookOutboxConfig",
     "webhooks.apps.WebhooksConfig",
     "audit.apps.AuditConfig",
+    "usage.apps.UsageConfig",
     "schedules.apps.SchedulesConfig",
     "web.apps.WebConfig",
 ]
@@ -353,6 +354,8 @@ OMNIGENT_ARCHIVE_AFTER_DAYS = env_int("OMNIGENT_ARCHIVE_AFTER_DAYS", 0)
 OMNIGENT_DELETE_ARCHIVED_AFTER_DAYS = env_int("OMNIGENT_DELETE_ARCHIVED_AFTER_DAYS", 0)
 OMNIGENT_EVENT_LOG_KEEP_DAYS = env_int("OMNIGENT_EVENT_LOG_KEEP_DAYS", 30)
 OMNIGENT_AUDIT_KEEP_DAYS = env_int("OMNIGENT_AUDIT_KEEP_DAYS", 365)
+# The YAML price table (docs/usage.md); empty: the shipped usage/default_prices.yaml.
+OMNIGENT_PRICES = os.environ.get("OMNIGENT_PRICES", "").strip()
 # How often the retention job runs (once across all server processes).
 OMNIGENT_RETENTION_INTERVAL_S = env_float("OMNIGENT_RETENTION_INTERVAL_S", 86400.0)
 # The session-list stream's log (sessions/updates.py): each user's last this many list

@@ -37,6 +37,7 @@ from sessions import approvals, blobs, policies, updates, webhook_events
 from sessions import files as session_files
 from sessions.eventlog import (
     WriteUnit,
+    at_block_end,
     publishing_together,
     record_event,
     save_session_fields,
@@ -56,7 +57,11 @@ from sessions.stream_events import (
     policy_denied_event,
     response_event,
     session_status_event,
+    session_usage_event,
 )
+from usage import selectors as usage_selectors
+from usage import services as usage_services
+from usage.shapes import add_to_turn
 from workspaces.services import apply_workspace_changes
 
 from . import scheduler
@@ -218,6 +223,15 @@ def _finish_turn(
     approvals.cancel_pending(
         session_id=response.session_id, turn_ids=[response.id], reason="the turn ended", unit=unit
     )
+    if response.usage:
+        # The session's new totals reach watchers before the turn's end (docs/usage.md).
+        totals = usage_selectors.session_usage(session_id=response.session_id)
+        if totals is not None:
+            record_event(
+                session_id=response.session_id,
+                payload=session_usage_event(session_id=response.session_id, usage=totals),
+                unit=unit,
+            )
     record_event(
         session_id=response.session_id,
         payload=response_event(
@@ -705,6 +719,49 @@ def _apply_mcp_status(run: _Run, event: protocol.McpStatus) -> None:
     )
 
 
+def _apply_usage(run: _Run, event: protocol.UsageRecorded) -> None:
+    """One LLM call: priced and added to the user's and session's totals (``usage``),
+    to the turn's sums on its row, and to the session's cost on the locked session row.
+    No log entry of its own: ``session.usage`` goes out once, at the turn's end."""
+    session = run.session
+    response = run.turn(event.response_id)
+    if response is None:
+        raise MalformedEvent("usage.recorded for an unknown response")
+    usage = usage_services.CallUsage(
+        model=event.model or run.model,
+        input_tokens=event.input_tokens,
+        output_tokens=event.output_tokens,
+        cache_read_input_tokens=event.cache_read_input_tokens,
+        cache_creation_input_tokens=event.cache_creation_input_tokens,
+        reasoning_tokens=event.reasoning_tokens,
+        reported=event.reported,
+    )
+    call = usage_services.record_call(
+        session_id=session.id,
+        response_id=response.id,
+        user_id=session.created_by_id,
+        agent_name=session.agent.name,
+        usage=usage,
+    )
+    response.usage = add_to_turn(response.usage, usage, call.cost_nano)
+
+    # The turn's row is written once per run of events, with its latest sums.
+    def write_turn_usage() -> None:
+        update_row(response, ["usage"])
+
+    if not at_block_end(
+        session_id=session.id,
+        key=("turn-usage", response.id),
+        action=write_turn_usage,
+        unit=run.unit,
+    ):
+        write_turn_usage()
+    if call.cost_nano is not None:
+        session.total_cost_nano = (session.total_cost_nano or 0) + call.cost_nano
+    # ``updated_at`` moves the snapshot's ETag: its ``usage`` changed without an event.
+    save_session_fields(session, ["total_cost_nano", "updated_at"], unit=run.unit)
+
+
 HANDLERS: dict[type[protocol.Event], Callable[[_Run, Any], None]] = {
     protocol.SessionStatus: _apply_status,
     protocol.ResponseCreated: _apply_response_created,
@@ -717,6 +774,7 @@ HANDLERS: dict[type[protocol.Event], Callable[[_Run, Any], None]] = {
     protocol.PolicyDenied: _apply_policy_denied,
     protocol.WorkspaceChanges: _apply_workspace_changes,
     protocol.McpStatus: _apply_mcp_status,
+    protocol.UsageRecorded: _apply_usage,
 }
 
 

@@ -113,6 +113,9 @@ class Session(models.Model):
     # queue (usage.md, Fair share): ``[{response_id, position}]``, written only by
     # ``runners.scheduler`` with a ``session.queue`` event, so the snapshot's ETag moves.
     queued_turns = models.JSONField(default=list, blank=True)
+    # The cost of its priced LLM calls in nano-dollars (docs/usage.md); null until one is
+    # priced. Kept with the row, which every list row reads, under its lock.
+    total_cost_nano = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -161,6 +164,8 @@ class Turn(models.Model):
     # waits in the server's queue (``runners.scheduler``). A message's turn is stored
     # with None; any other turn (a fork's copy, a row made by hand) counts as sent.
     dispatched_at = models.DateTimeField(null=True, blank=True, default=timezone.now)
+    # Its LLM calls' sums (usage.shapes.add_to_turn), null before the first (docs/usage.md).
+    usage = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]

@@ -19,6 +19,7 @@ from typing_extensions import Doc, TypedDict
 
 from omnigent_site.shapes import CursorPage, ErrorInfo, allows_extra_keys
 from omnigent_site.timeutil import unix
+from usage.shapes import SessionUsageOut, TurnUsageOut, turn_usage_body, usd
 
 from .approval_shapes import ElicitationRequestEvent, pending_elicitations
 from .mcp_shapes import McpServerOut, McpServerState, mcp_servers_body, mcp_states
@@ -164,6 +165,9 @@ class SessionRowOut(TypedDict):
         bool,
         Doc("the caller pinned it (`PUT /v1/sessions/{id}/pin`): their own choice, per user"),
     ]
+    total_cost_usd: Annotated[
+        float | None, Doc("the cost of its priced LLM calls (docs/usage.md); null: none priced")
+    ]
 
 
 class SessionOut(SessionRowOut):
@@ -181,6 +185,10 @@ class SessionOut(SessionRowOut):
     queued_turns: Annotated[
         list[QueuedTurnOut],
         Doc("turns waiting for a runner slot, with their place in its queue (usage.md)"),
+    ]
+    usage: Annotated[
+        SessionUsageOut | None,
+        Doc("its LLM calls' tokens and cost, in all and by model (docs/usage.md); null: none"),
     ]
 
 
@@ -212,13 +220,22 @@ def session_row(session: Session, *, level: int, pending_count: int | None = Non
         "share_workspace_files": session.share_workspace_files,
         "archived": session.archived_at is not None,
         "pinned": getattr(session, "grant_pinned_at", None) is not None,
+        "total_cost_usd": (
+            usd(session.total_cost_nano) if session.total_cost_nano is not None else None
+        ),
     }
 
 
 def session_body(
-    session: Session, *, level: int, items: Iterable[Item], pending: Iterable[Approval] = ()
+    session: Session,
+    *,
+    level: int,
+    items: Iterable[Item],
+    pending: Iterable[Approval] = (),
+    usage: SessionUsageOut | None = None,
 ) -> SessionOut:
-    """``pending``: the session's open questions, oldest first."""
+    """``pending``: the session's open questions, oldest first; ``usage``: its totals
+    (``usage.selectors.session_usage``)."""
     requests = pending_elicitations(pending)
     return {
         **session_row(session, level=level, pending_count=len(requests)),
@@ -226,6 +243,7 @@ def session_body(
         "pending_elicitations": requests,
         "mcp_servers": mcp_states(session),
         "queued_turns": places(session),
+        "usage": usage,
     }
 
 
@@ -317,6 +335,10 @@ class ResponseCommon(TypedDict):
         list[FlatItemOut], Doc("what the turn produced, without the input that started it")
     ]
     created_at: UnixTime
+    usage: Annotated[
+        TurnUsageOut | None,
+        Doc("its LLM calls' tokens and cost (docs/usage.md); null before the first call"),
+    ]
 
 
 class ResponseOut(ResponseCommon):
@@ -339,6 +361,7 @@ def _response_common(turn: Turn, output: list[dict[str, Any]]) -> ResponseCommon
         "error": turn.error,
         "output": cast("list[FlatItemOut]", output),
         "created_at": unix_seconds(turn.created_at),
+        "usage": turn_usage_body(turn.usage),
     }
 
 

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypeAlias, cast
 from typing_extensions import Doc, TypedDict
 
 from omnigent_site.shapes import ErrorInfo
+from usage.shapes import SessionUsageOut
 
 # The question event is defined with the snapshot's shapes; it is part of this stream too.
 from .approval_shapes import ElicitationRequestEvent as ElicitationRequestEvent
@@ -362,6 +363,19 @@ def session_queue_event(*, session_id: str, queued_turns: list[QueuedTurnOut]) -
     return {"type": "session.queue", "session_id": session_id, "queued_turns": queued_turns}
 
 
+class SessionUsageEvent(TypedDict):
+    """``session.usage``: the session's usage totals, after each turn that called a
+    model, stored before the turn's end event (docs/usage.md)."""
+
+    type: Literal["session.usage"]
+    session_id: str
+    usage: SessionUsageOut
+
+
+def session_usage_event(*, session_id: str, usage: SessionUsageOut) -> SessionUsageEvent:
+    return {"type": "session.usage", "session_id": session_id, "usage": usage}
+
+
 # --- the registry -----------------------------------------------------------------------
 
 # What ``eventlog.record_event`` stores and the stream replays.
@@ -379,6 +393,7 @@ StoredEvent: TypeAlias = (
     | PolicyDeniedEvent
     | McpStatusEvent
     | SessionQueueEvent
+    | SessionUsageEvent
 )
 
 # Each stored event type and its shape, in the order the schema lists them.
@@ -400,6 +415,7 @@ STORED_EVENTS: dict[str, type] = {
     "response.policy_denied": PolicyDeniedEvent,
     "session.mcp_status": McpStatusEvent,
     "session.queue": SessionQueueEvent,
+    "session.usage": SessionUsageEvent,
 }
 
 # Every event type of the session stream and its shape.

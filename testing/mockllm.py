@@ -68,12 +68,28 @@ class Reply:
     # Answer with the tool outputs the request carries (see ``tool_outputs``), after
     # ``text`` if that is set: tests read back exactly what the model was given.
     echo_tool_output: bool = False
+    # The usage to report instead of the estimate: ``input_tokens`` (cached included, as
+    # providers count), ``output_tokens``, ``cached_tokens``, ``reasoning_tokens``.
+    usage: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def from_entry(cls, entry: Any) -> Reply:
         """Validate a configure entry early so a bad script fails at configure time, not mid-test."""
         if not isinstance(entry, dict):
             raise ValueError(f"entry must be an object, got {type(entry).__name__}")
+        reply = cls._from_entry(entry)
+        usage = entry.get("usage")
+        if usage is None:
+            return reply
+        if not isinstance(usage, dict) or not all(
+            key in USAGE_KEYS and isinstance(value, int) and value >= 0
+            for key, value in usage.items()
+        ):
+            raise ValueError(f"'usage' must map some of {', '.join(USAGE_KEYS)} to counts")
+        return dataclasses.replace(reply, usage=tuple(sorted(usage.items())))
+
+    @classmethod
+    def _from_entry(cls, entry: dict[str, Any]) -> Reply:
         delay_s = float(entry.get("delay_s") or 0.0)
         stream_words = bool(entry.get("stream", False))
         error = entry.get("error")
@@ -103,6 +119,9 @@ class Reply:
             # An entry that only sets timing (e.g. {"delay_s": 1}) still needs a body.
             text = DEFAULT_TEXT
         return cls(text=text, tool_calls=calls, stream_words=stream_words, delay_s=delay_s)
+
+
+USAGE_KEYS = ("input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens")
 
 
 def _parse_tool_call(raw: Any) -> ToolCall:
@@ -178,6 +197,9 @@ QUIRKS = (
     # A streamed answer sends half its text deltas (at least one), then the connection
     # is dropped without the stream's end.
     "cut_mid_stream",
+    # No usage in any answer (Responses ``usage: null``; no Chat usage chunk), as
+    # servers that do not count tokens answer.
+    "no_usage",
 )
 NO_TOOLS_TEXT = "I have no tools to call."
 
@@ -408,6 +430,18 @@ def _output_tokens(reply: Reply) -> int:
     return sum(_estimate_tokens(p) for p in parts)
 
 
+def _usage_counts(reply: Reply, prompt: Any) -> dict[str, int]:
+    """The reply's scripted usage, else estimates (nothing cached, no reasoning)."""
+    counts = {
+        "input_tokens": _estimate_tokens(json.dumps(prompt)),
+        "output_tokens": _output_tokens(reply),
+        "cached_tokens": 0,
+        "reasoning_tokens": 0,
+    }
+    counts.update(dict(reply.usage))
+    return counts
+
+
 def error_body(message: str, status: int) -> JsonDict:
     """OpenAI's error envelope, so SDKs map it to the right exception class."""
     if status >= 500:
@@ -432,6 +466,7 @@ class ResponsesTurn:
     created_at: int = field(default_factory=lambda: int(time.time()))
     message_id: str = field(default_factory=lambda: _new_id("msg"))
     call_item_ids: list[str] = field(default_factory=list)
+    report_usage: bool = True  # False: the ``no_usage`` quirk
 
     def __post_init__(self) -> None:
         self.call_item_ids = [_new_id("fc") for _ in self.reply.tool_calls]
@@ -471,14 +506,13 @@ class ResponsesTurn:
         return items
 
     def usage(self) -> JsonDict:
-        input_tokens = _estimate_tokens(json.dumps(self.request.get("input", "")))
-        output_tokens = _output_tokens(self.reply)
+        counts = _usage_counts(self.reply, self.request.get("input", ""))
         return {
-            "input_tokens": input_tokens,
-            "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": output_tokens,
-            "output_tokens_details": {"reasoning_tokens": 0},
-            "total_tokens": input_tokens + output_tokens,
+            "input_tokens": counts["input_tokens"],
+            "input_tokens_details": {"cached_tokens": counts["cached_tokens"]},
+            "output_tokens": counts["output_tokens"],
+            "output_tokens_details": {"reasoning_tokens": counts["reasoning_tokens"]},
+            "total_tokens": counts["input_tokens"] + counts["output_tokens"],
         }
 
     def response_object(self, *, done: bool) -> JsonDict:
@@ -505,7 +539,7 @@ class ResponsesTurn:
             "tools": req.get("tools", []),
             "top_p": req.get("top_p", 1.0),
             "truncation": "disabled",
-            "usage": self.usage() if done else None,
+            "usage": self.usage() if done and self.report_usage else None,
             "user": None,
             "metadata": req.get("metadata") or {},
         }
@@ -596,6 +630,7 @@ class ChatTurn:
     request: JsonDict
     completion_id: str = field(default_factory=lambda: _new_id("chatcmpl"))
     created: int = field(default_factory=lambda: int(time.time()))
+    report_usage: bool = True  # False: the ``no_usage`` quirk
 
     @property
     def model(self) -> str:
@@ -606,12 +641,13 @@ class ChatTurn:
         return "tool_calls" if self.reply.tool_calls else "stop"
 
     def usage(self) -> JsonDict:
-        prompt = _estimate_tokens(json.dumps(self.request.get("messages", [])))
-        completion = _output_tokens(self.reply)
+        counts = _usage_counts(self.reply, self.request.get("messages", []))
         return {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
+            "prompt_tokens": counts["input_tokens"],
+            "completion_tokens": counts["output_tokens"],
+            "total_tokens": counts["input_tokens"] + counts["output_tokens"],
+            "prompt_tokens_details": {"cached_tokens": counts["cached_tokens"]},
+            "completion_tokens_details": {"reasoning_tokens": counts["reasoning_tokens"]},
         }
 
     def _tool_calls(self) -> list[JsonDict]:
@@ -641,7 +677,7 @@ class ChatTurn:
                     "finish_reason": self.finish_reason,
                 }
             ],
-            "usage": self.usage(),
+            "usage": self.usage() if self.report_usage else None,
             "system_fingerprint": None,
         }
 
@@ -675,7 +711,7 @@ class ChatTurn:
             yield self._chunk({"tool_calls": [args]})
         yield self._chunk({}, finish_reason=self.finish_reason)
         options = self.request.get("stream_options") or {}
-        if options.get("include_usage"):
+        if options.get("include_usage") and self.report_usage:
             yield {**self._chunk({}), "choices": [], "usage": self.usage()}
 
 
@@ -868,7 +904,8 @@ class _Handler(BaseHTTPRequestHandler):
         reply, request = self._take_reply(body)
         if reply is None:
             return
-        turn = ResponsesTurn(reply=reply, request=request)
+        report = not self.server.store.quirk("no_usage")
+        turn = ResponsesTurn(reply=reply, request=request, report_usage=report)
         if request.get("stream"):
             events: Iterable[JsonDict] = turn.events()
             if self.server.store.quirk("cut_mid_stream"):
@@ -888,7 +925,8 @@ class _Handler(BaseHTTPRequestHandler):
         reply, request = self._take_reply(body)
         if reply is None:
             return
-        turn = ChatTurn(reply=reply, request=request)
+        report = not self.server.store.quirk("no_usage")
+        turn = ChatTurn(reply=reply, request=request, report_usage=report)
         if request.get("stream"):
             chunks: Iterable[JsonDict] = turn.chunks()
             if self.server.store.quirk("cut_mid_stream"):

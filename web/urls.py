@@ -10,6 +10,7 @@ urlpatterns = [
     path("runners", views.runners_page, name="web-runners"),
     path("webhooks", views.webhooks_page, name="web-webhooks"),
     path("schedules", views.schedules_page, name="web-schedules"),
+    path("usage", views.usage_page, name="web-usage"),
     path("signin", views.SignInView.as_view(), name="web-signin"),
     path("signout", views.sign_out, name="web-signout"),
 ]

@@ -127,6 +127,12 @@ def schedules_page(request: HttpRequest) -> HttpResponse:
     return _page(request, "web/schedules.html", name="schedules")
 
 
+@with_page_headers
+@signed_in
+def usage_page(request: HttpRequest) -> HttpResponse:
+    return _page(request, "web/usage.html", name="usage")
+
+
 class SignInView(LoginView):
     """Django's login form, on a page with the same headers as the others."""
 

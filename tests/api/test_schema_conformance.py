@@ -545,6 +545,20 @@ def exercise_audit(alice: Caller, anon: Caller) -> None:
     assert [r.status_code for r in statuses] == [400, 401]
 
 
+def exercise_usage(alice: Caller, anon: Caller) -> None:
+    """Usage: the report, a group, a bad range, another user's (not staff), no identity."""
+    report = alice("get", "/v1/usage")
+    assert report.status_code == 200 and report.json()["object"] == "usage_report"
+    groups = alice("get", "/v1/usage", query="?group_by=model")
+    assert groups.status_code == 200 and groups.json()["object"] == "list"
+    statuses = [
+        alice("get", "/v1/usage", query="?since=yesterday"),
+        alice("get", "/v1/usage", query="?group_by=user"),
+        anon("get", "/v1/usage"),
+    ]
+    assert [r.status_code for r in statuses] == [400, 403, 401]
+
+
 def exercise_large_bodies(alice: Caller, template: str, session_id: str) -> None:
     """A JSON body beyond ``DATA_UPLOAD_MAX_MEMORY_SIZE`` is a 413 in the error format."""
     padding = "x" * 4096
@@ -720,6 +734,7 @@ def test_every_response_matches_its_documented_schema(
     exercise_runners(alice, bob, anon)
     exercise_webhooks(alice, bob, anon)
     exercise_audit(alice, anon)
+    exercise_usage(alice, anon)
     exercise_schedules(carol, alice, anon, template)
     exercise_large_bodies(alice, template, session_id)
     exercise_hostile_input(alice, template, session_id)

@@ -44,9 +44,17 @@ SESSION_KEYS = {
     "share_workspace_files",
     "archived",
     "pinned",
+    "total_cost_usd",
 }
-# The snapshot adds the transcript, the open questions and the MCP servers' states.
-SNAPSHOT_KEYS = SESSION_KEYS | {"items", "pending_elicitations", "mcp_servers", "queued_turns"}
+# The snapshot adds the transcript, the open questions, the MCP servers' states, the
+# queued turns and the usage totals.
+SNAPSHOT_KEYS = SESSION_KEYS | {
+    "items",
+    "pending_elicitations",
+    "mcp_servers",
+    "queued_turns",
+    "usage",
+}
 
 
 def is_int(value: object) -> bool:
@@ -643,6 +651,7 @@ def test_responses_list_and_get(client_for, create_session) -> None:
             }
         ],
         "created_at": int(BASE_TIME.timestamp()),
+        "usage": None,
         "completed_at": int(BASE_TIME.timestamp()) + 5,
     }
     assert is_int(body["output"][0]["created_at"])

@@ -380,8 +380,9 @@ def test_an_admin_edit_of_an_item_changes_it(client_for, create_session, django_
 # the MCP servers' state, which change only with an event (``session.mcp_status`` is
 # stored with the event that reports it), so ``last_event_seq`` stands for them; and the
 # queued turns' places, which move with no write to the session (a turn ahead started)
-# and are computed into the input while one waits (``selectors.snapshot_etag``).
-STOOD_FOR_BY_THE_EVENT_SEQUENCE = {"items", "pending_elicitations", "mcp_servers"}
+# and are computed into the input while one waits (``selectors.snapshot_etag``); the
+# usage totals, which change with the row's ``updated_at`` (``_apply_usage``).
+STOOD_FOR_BY_THE_EVENT_SEQUENCE = {"items", "pending_elicitations", "mcp_servers", "usage"}
 COMPUTED_INTO_THE_INPUT = {"queued_turns"}
 
 

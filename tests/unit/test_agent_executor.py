@@ -223,6 +223,7 @@ async def test_text_turn_events_in_order_and_history_grows(mock, make_executor) 
         "response.created",
         "response.output_text.delta",
         "response.output_item.done",
+        "usage.recorded",
         "response.completed",
         "session.status",
     ]
@@ -247,6 +248,70 @@ async def test_text_turn_events_in_order_and_history_grows(mock, make_executor) 
     assert body["instructions"] == "You are a test agent."
     assert body["input"] == [{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
     assert "tools" not in body  # no os_env, no client tools
+
+
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
+async def test_each_model_call_reports_its_usage(mock, make_executor, api: str) -> None:
+    """usage.md: one ``usage.recorded`` per LLM call, cached tokens apart from the rest."""
+    call = {"call_id": "call_1", "name": "lookup", "arguments": "{}"}
+    mock.configure(
+        [
+            {"tool_calls": [call], "usage": {"input_tokens": 500, "output_tokens": 20}},
+            {
+                "text": "Done.",
+                "usage": {
+                    "input_tokens": 900,
+                    "output_tokens": 40,
+                    "cached_tokens": 600,
+                    "reasoning_tokens": 10,
+                },
+            },
+        ]
+    )
+    executor, sink = make_executor()
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    await executor.open_session(
+        session_id=SID, agent=agent(agent_yaml(mock.base_url, api=api)), history=[]
+    )
+    await executor.start_turn(
+        session_id=SID, response_id="resp_1", input=[user("go")], tools=[tool]
+    )
+    await sink.wait_status("resp_1", "waiting")
+    await executor.tool_result(session_id=SID, call_id="call_1", output="{}")
+    await sink.wait_end("resp_1")
+    first, second = sink.of("usage.recorded")
+    assert first == {
+        "type": "usage.recorded",
+        "response_id": "resp_1",
+        "model": "mock-model",
+        "input_tokens": 500,
+        "output_tokens": 20,
+        "cache_read_input_tokens": 0,
+        "cache_creation_input_tokens": 0,
+        "reasoning_tokens": 0,
+        "reported": True,
+    }
+    assert (second["input_tokens"], second["cache_read_input_tokens"]) == (300, 600)
+    assert (second["output_tokens"], second["reasoning_tokens"]) == (40, 10)
+
+
+@pytest.mark.parametrize("api", ["responses", "chat_completions"])
+async def test_a_call_without_usage_is_reported_as_unreported(mock, make_executor, api) -> None:
+    mock.configure([{"text": "Hi."}])
+    mock.set_quirks(no_usage=True)
+    executor, sink = make_executor()
+    await open_and_run(executor, sink, agent_yaml(mock.base_url, api=api), "hi")
+    (usage,) = sink.of("usage.recorded")
+    assert usage["reported"] is False
+    assert (usage["input_tokens"], usage["output_tokens"]) == (0, 0)
+
+
+async def test_a_failed_call_reports_nothing(mock, make_executor) -> None:
+    mock.configure([{"error": {"status_code": 400, "message": "bad"}}])
+    executor, sink = make_executor()
+    end = await open_and_run(executor, sink, agent_yaml(mock.base_url), "hi")
+    assert end["status"] == "failed"
+    assert sink.of("usage.recorded") == []
 
 
 async def test_streamed_deltas_concatenate_to_the_text(mock, make_executor) -> None:
@@ -299,12 +364,14 @@ async def test_builtin_write_tool_changes_workspace(mock, make_executor, workspa
     assert message["content"][0]["text"] == "Wrote it."
 
     types = [e["type"] for _, e in sink.events]  # workspace.changes has no response_id
-    assert types[-7:] == [
+    assert types[-9:] == [
+        "usage.recorded",  # the first model call
         "response.output_item.done",  # the call
         "response.output_item.done",  # its output
         "workspace.changes",
         "response.output_text.delta",
         "response.output_item.done",  # the message
+        "usage.recorded",  # the second model call
         "response.completed",
         "session.status",
     ]

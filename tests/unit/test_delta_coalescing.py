@@ -243,7 +243,7 @@ def script(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Script]]:
     scripts: list[Script] = []
 
     async def fake_call_model(
-        client: Any, request: ModelRequest, on_delta: Callable[[str], None]
+        client: Any, request: ModelRequest, on_delta: Callable[[str], None], usage: Any = None
     ) -> ModelAnswer:
         answer: ModelAnswer = await scripts.pop(0)(on_delta)
         return answer

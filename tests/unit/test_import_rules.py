@@ -32,6 +32,7 @@ PRODUCTION_APPS = (
     "webhooks",
     "webhook_outbox",
     "audit",
+    "usage",
     "web",
     "schedules",
 )

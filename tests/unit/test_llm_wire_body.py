@@ -192,7 +192,8 @@ def _keyword_params(request: ModelRequest) -> dict[str, Any]:
     """The parameters ``llm.py`` used to pass as keywords (the SDK's transform path)."""
     if request.api == "chat_completions":
         params: dict[str, Any] = {
-            "messages": to_chat_messages(request.instructions, request.history)
+            "messages": to_chat_messages(request.instructions, request.history),
+            "stream_options": {"include_usage": True},
         }
         if request.tools:
             params["tools"] = list(request.tools)

@@ -152,6 +152,14 @@ EVENTS: dict[str, Callable[[], p.Event]] = {
     "session.mcp_status": lambda: p.McpStatus(
         servers={"git": {"status": "ready", "transport": "stdio", "tools": ["git__git_status"]}}
     ),
+    "usage.recorded": lambda: p.UsageRecorded(
+        response_id="resp_1",
+        model="gpt-4o-mini-2024-07-18",
+        input_tokens=200,
+        output_tokens=80,
+        cache_read_input_tokens=1000,
+        reasoning_tokens=30,
+    ),
 }
 
 # Messages between server processes over the channel layer.

@@ -15,6 +15,7 @@ from sessions import stream_events, updates_events
 from sessions.eventlog import sse_frame
 from sessions.models import Agent, Approval, Session, SessionFile, Turn
 from sessions.shapes import response_event_body
+from usage.shapes import session_usage_body
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 
@@ -55,6 +56,7 @@ SESSION_STREAM_KEYS: dict[str, list[str]] = {
     ],
     "session.mcp_status": ["type", "session_id", "servers"],
     "session.queue": ["type", "session_id", "queued_turns"],
+    "session.usage": ["type", "session_id", "usage"],
     "session.runner": ["type", "session_id", "runner_id", "runner_name", "runner_online"],
     "session.resync": ["type", "session_id"],
     "stream.overflow": ["type", "session_id", "last_event_id", "message"],
@@ -164,6 +166,10 @@ def session_stream_events() -> dict[str, Callable[[], Any]]:
         ),
         "session.queue": lambda: events.session_queue_event(
             session_id="conv_1", queued_turns=[{"response_id": "resp_1", "position": 1}]
+        ),
+        "session.usage": lambda: events.session_usage_event(
+            session_id="conv_1",
+            usage=session_usage_body([("gpt-4o", {"input_tokens": 3, "llm_calls": 1})]),
         ),
         "session.resync": lambda: events.session_resync_event("conv_1"),
         "stream.overflow": lambda: events.stream_overflow_event(

@@ -14,7 +14,7 @@ import { ShareDialog } from "./share.js";
 import { notify, refreshInbox } from "./inbox.js";
 import { EventStream } from "./sse.js";
 import { Transcript, flatten } from "./transcript.js";
-import { el, isTransient, showError } from "./util.js";
+import { el, formatTokens, formatUsd, isTransient, showError } from "./util.js";
 import { WorkspacePanel } from "./workspace.js";
 
 const boot = bootData();
@@ -121,6 +121,7 @@ async function loadTurnEnds() {
     const query = `?limit=100${after ? `&after=${encodeURIComponent(after)}` : ""}`;
     const page = await get(`${base}/responses${query}`);
     for (const turn of page.data) {
+      if (turn.usage) transcript.usage(turn.id, turn.usage);
       if (turn.status === "cancelled") transcript.trace(turn.id, "stopped", "Stopped");
       else if (turn.status === "failed") {
         transcript.error(turn.id, turn.error?.message ?? "the turn failed");
@@ -156,6 +157,7 @@ function drawHeader() {
   drawTitle();
   $("title").textContent = session.title || "Untitled session";
   $("agent").textContent = session.agent_name;
+  drawCost();
   $("edit-title").hidden = level < 2;
   $("share").hidden = level < 3;
   drawStatus();
@@ -169,6 +171,19 @@ function drawHeader() {
     note.hidden = false;
     note.classList.add("note");
   }
+}
+
+// The session's tokens and cost so far (docs/usage.md), from the snapshot and each
+// `session.usage` event.
+function drawCost() {
+  const usage = session.usage;
+  const node = $("cost");
+  node.hidden = !usage;
+  if (!usage) return;
+  node.textContent = `${formatTokens(usage.total_tokens)} · ${formatUsd(usage.total_cost_usd)}`;
+  node.title = Object.entries(usage.by_model ?? {})
+    .map(([model, used]) => `${model}: ${formatTokens(used.total_tokens)}, ${formatUsd(used.total_cost_usd)}`)
+    .join("\n");
 }
 
 function drawStatus() {
@@ -244,7 +259,16 @@ function handle(event) {
     case "response.in_progress":
       transcript.started(event.response.id);
       break;
+    case "response.completed":
+      if (event.response?.usage) transcript.usage(event.response.id, event.response.usage);
+      break;
+    case "session.usage":
+      session.usage = event.usage;
+      session.total_cost_usd = event.usage.total_cost_usd ?? null;
+      drawCost();
+      break;
     case "response.cancelled":
+      if (event.response?.usage) transcript.usage(event.response.id, event.response.usage);
       transcript.trace(
         event.response.id,
         "stopped",
@@ -255,6 +279,7 @@ function handle(event) {
       transcript.add(event.item);
       break;
     case "response.failed":
+      if (event.response?.usage) transcript.usage(event.response.id, event.response.usage);
       if (event.response?.error) transcript.error(event.response.id, event.response.error.message);
       break;
     case "response.elicitation_request":

@@ -3,7 +3,7 @@
 // errors in red. Items are keyed by id, so an item seen twice (snapshot and stream, or a
 // replay after a reconnect) is replaced, never shown twice.
 import { renderMarkdown } from "./markdown.js";
-import { el, relativeTime } from "./util.js";
+import { el, relativeTime, usageLine } from "./util.js";
 
 export class Transcript {
   constructor(root, { sessionId, onFork } = {}) {
@@ -274,6 +274,30 @@ export class Transcript {
 
   error(id, message) {
     this.trace(id, "failed", `Failed: ${message}`);
+  }
+
+  // What a finished turn used and cost, under its answer (docs/usage.md): drawn once
+  // per turn, redrawn with newer numbers.
+  usage(responseId, usage) {
+    const text = usageLine(usage);
+    if (!text) return;
+    const key = `usage-${responseId}`;
+    const node = el("li", {
+      class: "entry usage-line",
+      dataset: { usageFor: responseId },
+      title: usage.model ? `model ${usage.model}` : "",
+      text,
+    });
+    const existing = this.nodes.get(key);
+    if (existing) {
+      existing.replaceWith(node);
+    } else {
+      const entries = this.root.querySelectorAll(`li[data-response-id="${CSS.escape(responseId)}"]`);
+      const last = entries[entries.length - 1];
+      if (last) last.after(node);
+      else this.root.append(node);
+    }
+    this.nodes.set(key, node);
   }
 
   // How a turn ended when it did not complete: "Stopped by you" (or "Stopped"), or

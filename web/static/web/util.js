@@ -64,3 +64,23 @@ export const STATUS_LABELS = {
   idle: "idle",
   failed: "failed",
 };
+
+// Usage (docs/usage.md): a cost in USD ("—" when unpriced: never shown as 0), a token
+// count, and a turn's line "1,234 tokens · $0.0021".
+export function formatUsd(value) {
+  if (value === null || value === undefined) return "—";
+  if (value === 0) return "$0";
+  if (value < 1) return `$${value.toFixed(4)}`;
+  return `$${value.toFixed(2)}`;
+}
+
+export function formatTokens(count) {
+  return `${Number(count ?? 0).toLocaleString("en-US")} tokens`;
+}
+
+export function usageLine(usage) {
+  if (!usage) return null;
+  const calls = `${usage.llm_calls} model call${usage.llm_calls === 1 ? "" : "s"}`;
+  if (usage.total_tokens === undefined) return `${calls} · usage not reported`;
+  return `${formatTokens(usage.total_tokens)} · ${formatUsd(usage.cost_usd)} · ${calls}`;
+}

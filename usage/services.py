@@ -1,0 +1,227 @@
+"""Recording usage (docs/usage.md): one ``record_call`` per LLM call, and the price table.
+
+``record_call`` runs inside the transaction that stores the runner's ``usage.recorded``
+event (``runners.runner_events``): the call's row and its two totals commit with the
+event or not at all, so a resent event (tunnel.md's at-least-once delivery) is counted
+exactly once, as the event is. Each total (per session and day, per user and day, per user and month) is one
+``INSERT … ON CONFLICT … DO UPDATE``
+that adds to the stored row in the database, so concurrent writers (two server
+processes recording calls of one user) never lose an increment.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Model
+from django.utils import timezone
+
+from omnigent_site.rawsql import insert_rows, quoted
+
+from .models import DailyUsage, LlmCall, MonthlyUsage, Price, SessionUsage
+from .pricing import DEFAULT_PRICES_FILE, PriceCache, Rates, read_price_file
+
+log = logging.getLogger(__name__)
+
+# The time calls are stamped with (and their UTC day); tests put a clock of their own here.
+clock: Callable[[], datetime] = timezone.now
+
+TOKEN_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+    "reasoning_tokens",
+)
+SUM_FIELDS = (*TOKEN_FIELDS, "llm_calls", "priced_calls", "cost_nano")
+
+
+@dataclass(frozen=True, slots=True)
+class CallUsage:
+    """One call's counts as the runner reported them (``input_tokens`` without cache)."""
+
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    reasoning_tokens: int = 0
+    reported: bool = True
+
+
+def _load_rates() -> dict[str, Rates]:
+    return {
+        price.model: Rates.per_million(
+            input=price.input_per_million,
+            output=price.output_per_million,
+            cache_read=price.cache_read_per_million,
+            cache_write=price.cache_write_per_million,
+        )
+        for price in Price.objects.all()
+    }
+
+
+prices = PriceCache(_load_rates)
+
+
+def cost_of(usage: CallUsage) -> int | None:
+    """The call's cost in nano-dollars at today's prices; None when unpriced or unreported."""
+    if not usage.reported:
+        return None
+    rates = prices.rates_for(usage.model)
+    if rates is None:
+        return None
+    return rates.cost_nano(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read=usage.cache_read_input_tokens,
+        cache_write=usage.cache_creation_input_tokens,
+    )
+
+
+def record_call(
+    *,
+    session_id: str,
+    response_id: str,
+    user_id: int | None,
+    agent_name: str,
+    usage: CallUsage,
+) -> LlmCall:
+    """Store one LLM call, priced now, and add it to the session's and the user's totals.
+
+    Call it inside the transaction that stores the call's runner event. A call that
+    reported nothing counts as a call and adds no tokens and no cost.
+    """
+    at = clock()
+    cost = cost_of(usage)
+    call = LlmCall(
+        session_id=session_id,
+        response_id=response_id,
+        user_id=user_id or 0,
+        agent_name=agent_name,
+        model=usage.model,
+        reported=usage.reported,
+        cost_nano=cost,
+        created_at=at,
+        **{name: getattr(usage, name) if usage.reported else 0 for name in TOKEN_FIELDS},
+    )
+    day = at.astimezone(UTC).date() if timezone.is_aware(at) else at.date()
+    sums = [getattr(call, name) for name in TOKEN_FIELDS]
+    sums += [1, 0 if cost is None else 1, cost or 0]
+    params = [
+        [session_id, day, usage.model, user_id or 0, agent_name, *sums],
+        [user_id or 0, day, usage.model, agent_name, *sums],
+        [user_id or 0, day.replace(day=1), usage.model, agent_name, *sums],
+    ]
+    if connection.vendor == "postgresql":
+        # One round trip for the four writes: the server's CPU per call is mostly the
+        # driver's per-statement work (bench/usage.py).
+        fields = _call_fields()
+        values = [
+            field.get_db_prep_save(field.pre_save(call, True), connection) for field in fields
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(_combined_sql(), [*params[0], *params[1], *params[2], *values])
+        call._state.adding = False
+        return call
+    insert_rows(LlmCall, [call])  # its id is not needed: no RETURNING
+    with connection.cursor() as cursor:
+        for sql, values in zip(_upserts(), params, strict=True):
+            cursor.execute(sql, values)
+    return call
+
+
+def _upserts() -> tuple[str, str, str]:
+    return (
+        _upsert_sql(SessionUsage, ("session_id", "day", "model"), ("user_id", "agent_name")),
+        _upsert_sql(DailyUsage, ("user_id", "day", "model", "agent_name"), ()),
+        _upsert_sql(MonthlyUsage, ("user_id", "month", "model", "agent_name"), ()),
+    )
+
+
+@functools.cache
+def _call_fields() -> tuple[Any, ...]:
+    return tuple(field for field in LlmCall._meta.concrete_fields if field is not LlmCall._meta.pk)
+
+
+@functools.cache
+def _combined_sql() -> str:
+    """PostgreSQL: the three upserts as data-modifying CTEs of the call's INSERT."""
+    upserts = ", ".join(f"t{n} AS ({sql})" for n, sql in enumerate(_upserts()))
+    columns = ", ".join(quoted(LlmCall, field.name) for field in _call_fields())
+    values = ", ".join(["%s"] * len(_call_fields()))
+    return f"WITH {upserts} INSERT INTO {quoted(LlmCall)} ({columns}) VALUES ({values})"
+
+
+@functools.cache
+def _upsert_sql(model: type[Model], keys: Sequence[str], others: Sequence[str]) -> str:
+    """One statement that adds a call to a total row, creating the row if needed; the
+    addition happens in the database (``stored + new``), under its row lock."""
+    table = quoted(model)
+    columns = [*keys, *others, *SUM_FIELDS]
+    names = ", ".join(quoted(model, name) for name in columns)
+    values = ", ".join(["%s"] * len(columns))
+    conflict = ", ".join(quoted(model, name) for name in keys)
+    sets = ", ".join(
+        f"{quoted(model, name)} = {table}.{quoted(model, name)} + excluded.{quoted(model, name)}"
+        for name in SUM_FIELDS
+    )
+    return (
+        f"INSERT INTO {table} ({names}) VALUES ({values}) "
+        f"ON CONFLICT ({conflict}) DO UPDATE SET {sets}"
+    )
+
+
+# --- the price table ---------------------------------------------------------------------
+
+
+def price_file() -> Path:
+    """``OMNIGENT_PRICES``, else the shipped table."""
+    configured = str(getattr(settings, "OMNIGENT_PRICES", "") or "").strip()
+    return Path(configured) if configured else DEFAULT_PRICES_FILE
+
+
+def sync_prices(*, path: Path | None = None, overwrite: bool = True) -> tuple[int, int]:
+    """Load the YAML price table into the database: ``(created, updated)``. Models the
+    file does not list are kept (the admin's additions); ``overwrite=False`` also keeps
+    the rows already stored (the admin's edits). Raises ``PriceFileError``."""
+    table = read_price_file(path or price_file())
+    created = updated = 0
+    with transaction.atomic():
+        stored = {price.model: price for price in Price.objects.select_for_update()}
+        for model, rates in table.items():
+            price = stored.get(model)
+            if price is None:
+                Price.objects.create(model=model, **rates)
+                created += 1
+                continue
+            if not overwrite:
+                continue
+            changed = [name for name, value in rates.items() if getattr(price, name) != value]
+            if changed:
+                for name in changed:
+                    setattr(price, name, rates[name])
+                price.save(update_fields=[*changed, "updated_at"])
+                updated += 1
+    transaction.on_commit(prices.clear)
+    return created, updated
+
+
+def load_missing_prices_after_migrate(**_kwargs: Any) -> None:
+    """``post_migrate``: add the file's models the table lacks; a broken file is logged
+    (the server still starts, its calls unpriced) rather than failing the migration."""
+    try:
+        created, _updated = sync_prices(overwrite=False)
+    except ValueError as exc:
+        log.error("the price table was not loaded: %s", exc)
+        return
+    if created:
+        log.info("loaded %d prices from %s", created, price_file())

@@ -1,0 +1,123 @@
+"""The usage objects of the HTTP API and the stream (docs/usage.md), field names as the
+reference names them (``compat``): per turn, per session, and the report."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, NotRequired
+
+from typing_extensions import TypedDict
+
+from .services import SUM_FIELDS, TOKEN_FIELDS, CallUsage
+
+NANO = 1_000_000_000
+
+
+def usd(cost_nano: int) -> float:
+    """Nano-dollars as the API's USD number."""
+    return round(cost_nano / NANO, 9)
+
+
+class ReasoningOut(TypedDict):
+    reasoning_tokens: int
+
+
+class TokensOut(TypedDict):
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    cache_read_input_tokens: int
+    cache_creation_input_tokens: int
+    output_tokens_details: ReasoningOut
+
+
+class TurnUsageOut(TypedDict):
+    """A turn's usage; without token fields when none of its calls reported any."""
+
+    model: str
+    llm_calls: int
+    input_tokens: NotRequired[int]
+    output_tokens: NotRequired[int]
+    total_tokens: NotRequired[int]
+    cache_read_input_tokens: NotRequired[int]
+    cache_creation_input_tokens: NotRequired[int]
+    output_tokens_details: NotRequired[ReasoningOut]
+    cost_usd: NotRequired[float]
+
+
+class ModelUsageOut(TokensOut):
+    llm_calls: int
+    total_cost_usd: NotRequired[float]
+
+
+class SessionUsageOut(ModelUsageOut):
+    by_model: dict[str, ModelUsageOut]
+
+
+def tokens_body(sums: Mapping[str, Any]) -> TokensOut:
+    counts = {name: int(sums.get(name) or 0) for name in TOKEN_FIELDS}
+    return {
+        "input_tokens": counts["input_tokens"],
+        "output_tokens": counts["output_tokens"],
+        "total_tokens": counts["input_tokens"]
+        + counts["cache_read_input_tokens"]
+        + counts["cache_creation_input_tokens"]
+        + counts["output_tokens"],
+        "cache_read_input_tokens": counts["cache_read_input_tokens"],
+        "cache_creation_input_tokens": counts["cache_creation_input_tokens"],
+        "output_tokens_details": {"reasoning_tokens": counts["reasoning_tokens"]},
+    }
+
+
+# --- per turn: kept on the turn's row (``Turn.usage``) as these sums ---------------------
+
+
+def add_to_turn(stored: Mapping[str, Any] | None, usage: CallUsage, cost_nano: int | None):
+    """The turn's stored sums with one more call added (a new dict)."""
+    sums: dict[str, Any] = dict(stored or {})
+    sums["llm_calls"] = int(sums.get("llm_calls") or 0) + 1
+    if usage.model:
+        sums["model"] = usage.model  # the latest call's model, as the provider named it
+    if usage.reported:
+        sums["reported_calls"] = int(sums.get("reported_calls") or 0) + 1
+        for name in TOKEN_FIELDS:
+            sums[name] = int(sums.get(name) or 0) + getattr(usage, name)
+    if cost_nano is not None:
+        sums["priced_calls"] = int(sums.get("priced_calls") or 0) + 1
+        sums["cost_nano"] = int(sums.get("cost_nano") or 0) + cost_nano
+    return sums
+
+
+def turn_usage_body(stored: Mapping[str, Any] | None) -> TurnUsageOut | None:
+    """A turn's ``usage``; None before its first call. Its ``model`` is the latest
+    call's, as the provider answered (else as requested)."""
+    if not stored:
+        return None
+    body: dict[str, Any] = {"model": str(stored.get("model") or "")}
+    body["llm_calls"] = int(stored.get("llm_calls") or 0)
+    if stored.get("reported_calls"):
+        body.update(tokens_body(stored))
+    if stored.get("priced_calls"):
+        body["cost_usd"] = usd(int(stored.get("cost_nano") or 0))
+    return body  # type: ignore[return-value]
+
+
+# --- per session: summed from its ``SessionUsage`` rows ----------------------------------
+
+
+def model_usage_body(sums: Mapping[str, Any]) -> ModelUsageOut:
+    body: dict[str, Any] = {**tokens_body(sums), "llm_calls": int(sums.get("llm_calls") or 0)}
+    if sums.get("priced_calls"):
+        body["total_cost_usd"] = usd(int(sums.get("cost_nano") or 0))
+    return body  # type: ignore[return-value]
+
+
+def session_usage_body(by_model: Iterable[tuple[str, Mapping[str, Any]]]) -> SessionUsageOut:
+    """The session's ``usage``: every model's sums, and their total."""
+    total: dict[str, int] = {}
+    models: dict[str, ModelUsageOut] = {}
+    for model, sums in by_model:
+        models[model] = model_usage_body(sums)
+        for name in SUM_FIELDS:
+            total[name] = total.get(name, 0) + int(sums.get(name) or 0)
+    return {**model_usage_body(total), "by_model": models}  # type: ignore[typeddict-item]
