@@ -214,8 +214,6 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 # Verdicts given while the tunnel was down (no session.open carries them).
                 for verdict in resume.verdict_commands:
                     await self._forward(verdict, reply_channel=None)
-                for command in resume.turn_commands:
-                    await self._forward(command, reply_channel=None)
                 continue
             if resume.open_command is None:
                 continue  # could not be opened (logged); its turns were failed

@@ -352,18 +352,7 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
                 verdict_command(approval)
                 for approval in approvals.unacked_verdicts(session_id=session.id)
             ]
-            # A turn given a slot whose ``turn.start`` went to a tunnel that closed before
-            # the runner read it (a server process stopping): sent again; a runner that
-            # has it ignores the copy.
-            unstarted = [
-                runner_events.turn_start_command(response=turn)
-                for turn in Turn.objects.filter(
-                    session=session, status=Turn.Status.QUEUED, dispatched_at__isnull=False
-                ).order_by("created_at", "id")
-            ]
-            resumes.append(
-                SessionResume(session.id, session.last_runner_seq, None, unstarted, verdicts)
-            )
+            resumes.append(SessionResume(session.id, session.last_runner_seq, None, [], verdicts))
             continue
         # Only the turns that held a slot: those still waiting start when the
         # scheduler gives them one (``runner_events.start_waiting_turns``).

@@ -259,28 +259,3 @@ async def test_a_waiting_turn_moved_to_a_free_runner_starts_there(
     begun = await free.expect("turn.start")
     assert (begun["session_id"], begun["response_id"]) == (second.id, waiting)
     assert (await snapshot(second))["queued_turns"] == []
-
-
-async def test_a_turn_start_lost_with_a_closing_tunnel_is_sent_again_on_the_next(
-    stubs: Stubs, runner_token: tuple[Runner, str], alice: Any, bundle: bytes
-) -> None:
-    """A turn given a slot is sent without waiting for its answer; when the tunnel it
-    went to closes before the runner read it (a server process stopping), the runner's
-    next tunnel gets it again, also for a session the runner still holds open."""
-    runner, token = runner_token
-    stub = await stubs.online(token, max_turns=1)
-    first, second = [await bound_session(alice, runner, bundle) for _ in range(2)]
-    running = await started_now(stub, first)
-    waiting = await left_waiting(second)
-    # The first turn ends: the slot goes to the waiting turn, whose turn.start the
-    # runner never reads (its tunnel drops first).
-    events = RunnerEvents(stub)
-    await events.send(first.id, protocol.ResponseCreated(response_id=running))
-    await events.send(first.id, protocol.ResponseCompleted(response_id=running))
-    lost = await next_command(stub, "turn.start")
-    assert lost["response_id"] == waiting
-    await stub.drop()
-
-    stub = await stubs.online(token, max_turns=1, open_sessions=[first.id, second.id])
-    again = await next_command(stub, "turn.start")
-    assert (again["session_id"], again["response_id"]) == (second.id, waiting)

@@ -137,7 +137,12 @@ def runner_behind(
         runner_id=runner_id,
         workspace=workspace,
         log_dir=tmp_path,
-        extra_env={"OPENAI_BASE_URL": mock_llm.base_url, "OPENAI_API_KEY": "test-key"},
+        extra_env={
+            "OPENAI_BASE_URL": mock_llm.base_url,
+            "OPENAI_API_KEY": "test-key",
+            # A slot for each of the rolling restart's 20 sessions: no turn waits for one.
+            "OMNIGENT_RUNNER_MAX_TURNS": "20",
+        },
     )
     assert runner.process is not None
     try:

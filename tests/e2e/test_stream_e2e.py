@@ -83,6 +83,7 @@ def test_subscriber_sees_the_whole_turn_in_order_and_two_see_the_same(
         "session.changed_files.invalidated",
         "response.output_text.delta",
         "response.output_item.done",
+        "session.usage",  # stored before the turn's end (docs/usage.md)
         "response.completed",
         "session.status",
     ]
