@@ -156,6 +156,26 @@ class Verdict(Struct, frozen=True, kw_only=True):
     content: JsonObject | UnsetType = UNSET
 
 
+class BudgetLine(Struct, frozen=True, kw_only=True):
+    """One budget the runner checks before every LLM call (usage.md): its limit and what
+    has been spent against it, in nano-dollars (the exact integers the server stores)."""
+
+    scope: Literal["session", "user"]
+    limit_nano: Annotated[int, Meta(ge=0)]
+    spent_nano: Annotated[int, Meta(ge=0)]
+    # The server's own choice of what happens at the limit (a schedule's ``max_cost_usd``
+    # is ``deny``); ``None``: the bundle's ``guardrails.on_budget`` decides.
+    on_budget: Literal["ask", "deny"] | None = None
+
+
+class Budgets(Struct, frozen=True, kw_only=True):
+    """The budgets of one session as the server knows them; ``None``: no such budget (a
+    bundle's own ``guardrails.budget_usd`` may still apply to the session)."""
+
+    session: BudgetLine | None = None
+    user: BudgetLine | None = None
+
+
 # --- frames ----------------------------------------------------------------------------
 
 
@@ -216,6 +236,8 @@ class SessionOpen(Command, tag="session.open", kw_only=True, frozen=True):
     history: list[JsonObject] = []
     policies: list[PolicyRule] = []
     verdicts: list[Verdict] = []
+    # The session's budgets when it opens (usage.md; absent from older servers).
+    budgets: Budgets | None = None
 
 
 class TurnStart(Command, tag="turn.start", kw_only=True, frozen=True):
@@ -226,6 +248,8 @@ class TurnStart(Command, tag="turn.start", kw_only=True, frozen=True):
     # The id of the server request that started the turn (``X-Request-ID``), for the
     # runner's log lines of the turn (an addition to the spec; absent from older servers).
     request_id: str | None = None
+    # The budgets as the turn starts (usage.md; absent from older servers).
+    budgets: Budgets | None = None
 
 
 class ToolResult(Command, tag="tool_result", kw_only=True, frozen=True):
@@ -255,7 +279,11 @@ class Rpc(Command, tag="rpc", kw_only=True, frozen=True):
 
 class PolicyUpdate(Command, tag="policy.update", kw_only=True, frozen=True):
     session_id: str
-    rules: list[PolicyRule] = []
+    # ``None``: the rules are unchanged (an update that carries only budgets).
+    rules: list[PolicyRule] | None = None
+    # The budgets after a recorded LLM call or a budget change (usage.md); ``None``:
+    # unchanged.
+    budgets: Budgets | None = None
 
 
 class ApprovalVerdict(

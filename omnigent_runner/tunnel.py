@@ -590,7 +590,8 @@ class RunnerTunnel:
         elif isinstance(command, SessionClose):
             await executor.close_session(session_id=command.session_id)
         elif isinstance(command, PolicyUpdate):
-            await executor.update_policies(session_id=command.session_id, rules=command.rules)
+            if command.rules is not None:
+                await executor.update_policies(session_id=command.session_id, rules=command.rules)
         elif isinstance(command, ApprovalVerdict):
             await executor.approval_verdict(
                 session_id=command.session_id, verdict=command.verdict()
