@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Literal, TypeAlias
 
 import msgspec
@@ -26,7 +27,20 @@ from omnigent_runner.protocol import PolicyRule
 Action: TypeAlias = Literal["allow", "deny", "ask"]
 ACTIONS: tuple[Action, ...] = ("allow", "deny", "ask")
 RULE_KEYS = frozenset({"name", "tools", "when", "action", "reason", "ask_timeout"})
-GUARDRAILS_KEYS = frozenset({"ask_on_os_tools", "ask_on_mcp_tools", "ask_timeout", "policies"})
+GUARDRAILS_KEYS = frozenset(
+    {
+        "ask_on_os_tools",
+        "ask_on_mcp_tools",
+        "ask_timeout",
+        "policies",
+        "budget_usd",
+        "on_budget",
+        "ask_increment_usd",
+    }
+)
+# Budgets are whole nano-dollars (usage.md); a bundle may set at most a million dollars.
+NANO_PER_USD = 1_000_000_000
+MAX_BUDGET_USD = 1_000_000
 
 MAX_RULES = 200
 MAX_NAME_CHARS = 128
@@ -68,12 +82,24 @@ class Guardrails(msgspec.Struct, frozen=True, kw_only=True):
 
     rules: list[PolicyRule] = []
     ask_timeout: float | None = None
+    # The session budget the bundle sets (``budget_usd``), what happens when a call would
+    # start with it spent (``on_budget``, default ``ask``), and how much an accepted
+    # budget question adds (``ask_increment_usd``; ``None``: the budget again). usage.md.
+    budget_nano: int | None = None
+    on_budget: Literal["ask", "deny"] = "ask"
+    ask_increment_nano: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The block in a form :func:`parse_guardrails` reads back to the same value."""
         block: dict[str, Any] = {"policies": rules_as_json(self.rules)}
         if self.ask_timeout is not None:
             block["ask_timeout"] = self.ask_timeout
+        if self.budget_nano is not None:
+            block["budget_usd"] = nano_as_usd(self.budget_nano)
+        if self.on_budget != "ask":
+            block["on_budget"] = self.on_budget
+        if self.ask_increment_nano is not None:
+            block["ask_increment_usd"] = nano_as_usd(self.ask_increment_nano)
         return block
 
 
@@ -133,7 +159,8 @@ def parse_guardrails(raw: object, *, mcp_servers: Sequence[str] = ()) -> Guardra
     for key in raw:
         if key not in GUARDRAILS_KEYS:
             errors[f"guardrails.{key}"] = (
-                "unknown key (expected ask_on_os_tools, ask_on_mcp_tools, ask_timeout, policies)"
+                "unknown key (expected ask_on_os_tools, ask_on_mcp_tools, ask_timeout, "
+                "policies, budget_usd, on_budget, ask_increment_usd)"
             )
     shorthand = raw.get("ask_on_os_tools")
     if shorthand is not None and not isinstance(shorthand, bool):
@@ -142,6 +169,14 @@ def parse_guardrails(raw: object, *, mcp_servers: Sequence[str] = ()) -> Guardra
     if mcp_shorthand is not None and not isinstance(mcp_shorthand, bool):
         errors["guardrails.ask_on_mcp_tools"] = f"must be true or false, not {_kind(mcp_shorthand)}"
     ask_timeout = _ask_timeout(raw.get("ask_timeout"), "guardrails.ask_timeout", errors)
+    budget_nano = _usd_nano(raw.get("budget_usd"), "guardrails.budget_usd", errors, zero=True)
+    increment_nano = _usd_nano(
+        raw.get("ask_increment_usd"), "guardrails.ask_increment_usd", errors, zero=False
+    )
+    on_budget = raw.get("on_budget", "ask")
+    if on_budget not in ("ask", "deny"):
+        errors["guardrails.on_budget"] = 'must be "ask" or "deny"'
+        on_budget = "ask"
     rules: list[PolicyRule] = []
     policies = raw.get("policies")
     if policies is not None:
@@ -169,7 +204,13 @@ def parse_guardrails(raw: object, *, mcp_servers: Sequence[str] = ()) -> Guardra
         rules = [*rules[:at], mcp_rule, *rules[at:]]
     if errors:
         raise RuleError(errors)
-    return Guardrails(rules=rules, ask_timeout=ask_timeout)
+    return Guardrails(
+        rules=rules,
+        ask_timeout=ask_timeout,
+        budget_nano=budget_nano,
+        on_budget=on_budget,
+        ask_increment_nano=increment_nano,
+    )
 
 
 def effective_rules(
@@ -362,6 +403,32 @@ def _ask_timeout(value: object, path: str, errors: dict[str, str]) -> float | No
         errors[path] = f"must be more than 0 and at most {int(MAX_ASK_TIMEOUT)} seconds (7 days)"
         return None
     return seconds
+
+
+def usd_as_nano(usd: int | float) -> int:
+    """Dollars as whole nano-dollars, rounded half up, read from the number's shortest
+    decimal form (so ``0.1`` is exactly 100,000,000)."""
+    return int((Decimal(repr(usd)) * NANO_PER_USD).to_integral_value(ROUND_HALF_UP))
+
+
+def nano_as_usd(nano: int) -> float:
+    """Nano-dollars as a JSON number of dollars."""
+    return float(Decimal(nano) / NANO_PER_USD)
+
+
+def _usd_nano(value: object, path: str, errors: dict[str, str], *, zero: bool) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        errors[path] = f"must be a number of dollars, not {_kind(value)}"
+        return None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not zero):
+        errors[path] = "must be " + ("0 or more" if zero else "more than 0") + " dollars"
+        return None
+    if value > MAX_BUDGET_USD:
+        errors[path] = f"must be at most {MAX_BUDGET_USD:,} dollars"
+        return None
+    return usd_as_nano(value)
 
 
 def _kind(value: object) -> str:

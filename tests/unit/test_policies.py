@@ -193,7 +193,7 @@ def test_shorthand_false_adds_nothing() -> None:
             {"polices": []},
             {
                 "guardrails.polices": "unknown key (expected ask_on_os_tools, ask_on_mcp_tools, "
-                "ask_timeout, policies)"
+                "ask_timeout, policies, budget_usd, on_budget, ask_increment_usd)"
             },
         ),
         ({"policies": {}}, {"guardrails.policies": "must be a list of rules, not an object"}),

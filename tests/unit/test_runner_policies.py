@@ -23,7 +23,7 @@ from omnigent_runner import protocol
 from omnigent_runner.agent import AgentExecutor
 from omnigent_runner.bundles import build_bundle
 from omnigent_runner.config import RunnerConfig
-from omnigent_runner.policies import parse_rules
+from omnigent_runner.policies import RuleError, parse_guardrails, parse_rules
 from omnigent_runner.tunnel import RunnerTunnel
 from testing.mockllm import MockLLMServer, tool_then_echo
 from tests.unit.test_agent_executor import (
@@ -640,3 +640,31 @@ async def test_frames_session_open_verdicts_policy_update_and_approval_verdict(
         finally:
             await asyncio.wait_for(tunnel.stop(), 10)
             await asyncio.wait_for(task, 10)
+
+
+def test_guardrails_read_the_budget_block_exactly_and_back() -> None:
+    guardrails = parse_guardrails(
+        {"budget_usd": 0.1, "on_budget": "deny", "ask_increment_usd": 2.5}
+    )
+    assert guardrails.budget_nano == 100_000_000
+    assert guardrails.on_budget == "deny"
+    assert guardrails.ask_increment_nano == 2_500_000_000
+    assert parse_guardrails(guardrails.as_json()) == guardrails
+    assert parse_guardrails({}).on_budget == "ask"
+
+
+@pytest.mark.parametrize(
+    ("block", "path"),
+    [
+        ({"budget_usd": -1}, "guardrails.budget_usd"),
+        ({"budget_usd": True}, "guardrails.budget_usd"),
+        ({"budget_usd": float("inf")}, "guardrails.budget_usd"),
+        ({"budget_usd": 10_000_000}, "guardrails.budget_usd"),
+        ({"on_budget": "warn"}, "guardrails.on_budget"),
+        ({"ask_increment_usd": 0}, "guardrails.ask_increment_usd"),
+    ],
+)
+def test_guardrails_refuse_a_bad_budget_by_its_path(block: dict[str, object], path: str) -> None:
+    with pytest.raises(RuleError) as caught:
+        parse_guardrails(block)
+    assert list(caught.value.fields) == [path]
