@@ -327,6 +327,30 @@ def test_guard_twisted_waits_for_before_shutdown_deferreds() -> None:
     assert closed == ["connections"]
 
 
+def test_guard_stop_listening_finds_daphne_ports_among_the_reactor_readers() -> None:
+    """``shutdown.stop_listening`` closes daphne's ports before the drain through the
+    reactor's public ``getReaders`` and ``IListeningPort``. If Twisted stopped listing a
+    listening port among its readers, a stopping process would go on accepting
+    connections it then cuts off; this finds out."""
+    import socket
+
+    import omnigent_site.asgi  # noqa: F401 - installs the runtime's reactor
+
+    reactor = server.installed_reactor()
+    assert reactor is not None
+    port = reactor.listenTCP(0, http_protocol.HTTPFactory(None), interface="127.0.0.1")
+    address = port.getHost()
+    try:
+        assert port in reactor.getReaders()
+        assert shutdown.stop_listening() == 1
+        assert port not in reactor.getReaders()
+    finally:
+        if not port.disconnected:
+            port.connectionLost(None)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((address.host, address.port), timeout=5).close()
+
+
 async def test_a_stream_writes_its_last_frame_before_the_connections_close(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
