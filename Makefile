@@ -71,6 +71,7 @@ bench: bootstrap-dev
 	$(BIN)/python -m bench.fuzz --max-examples 150 --max-time 540
 	$(BIN)/python -m bench.policies
 	$(BIN)/python -m bench.fairness
+	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.mcp
 	$(BIN)/python -m bench.webhooks
 	$(BIN)/python -m bench.files

@@ -185,6 +185,7 @@ def start_stack(stack: contextlib.ExitStack, tmp: Path, args: argparse.Namespace
         env["DJANGO_SETTINGS_MODULE"] = SETTINGS
         migrate(env, tmp)
     env["OMNIGENT_EVENT_LOOP"] = args.event_loop
+    env["OMNIGENT_MAX_RUNNING_TURNS_PER_USER"] = str(max(args.user_max_turns or args.sessions, 20))
     if args.throttles:
         # Every request checks its rates in the shared cache, as in production, at rates
         # far above the benchmark's so that nothing is refused.
@@ -333,13 +334,23 @@ class TurnWatch:
     def __init__(self) -> None:
         self.logs: dict[str, list[tuple[str, str, float]]] = {}
         self.waiting: dict[str, tuple[str, asyncio.Future[float]]] = {}
+        # The longest silence on each session's stream while its turn ran (from the
+        # POST to the first event, and between events): a stall shows up here.
+        self.last_seen: dict[str, float] = {}
+        self.max_gap: dict[str, float] = {}
 
     def reset(self, session_id: str) -> None:
         self.logs[session_id] = []
         self.waiting.pop(session_id, None)
+        self.last_seen[session_id] = time.perf_counter()
+        self.max_gap[session_id] = 0.0
 
     def listener(self, session_id: str) -> Any:
         def on_event(event_type: str, data: str, t_recv: float) -> None:
+            if session_id in self.waiting:
+                gap = t_recv - self.last_seen.get(session_id, t_recv)
+                self.max_gap[session_id] = max(self.max_gap.get(session_id, 0.0), gap)
+            self.last_seen[session_id] = t_recv
             if event_type in TURN_END:
                 self.logs.setdefault(session_id, []).append(
                     (event_type, json.loads(data)["response"]["id"], t_recv)
@@ -966,6 +977,7 @@ async def stream_rounds(
                         "wall_s": round(wall, 3),
                         "turns_per_s": round(n / wall, 2),
                         "turn": summary_ms(results),
+                        "max_stream_stall_ms": round(max(watch.max_gap.values()) * 1000, 1),
                         "stream_events_per_turn": per_x(sum(s.events for s in streams) - e0, n),
                         "stream_bytes_per_turn": per_x(sum(s.bytes for s in streams) - b0, n, 1),
                         **counters,
@@ -1182,6 +1194,7 @@ def flatten(run: dict[str, Any]) -> dict[str, float]:
                 "poll_bytes_per_turn",
                 "stream_events_per_turn",
                 "stream_bytes_per_turn",
+                "max_stream_stall_ms",
             ):
                 put(f"{base}.{key}", rnd.get(key))
     return flat
@@ -1354,6 +1367,13 @@ def main() -> int:
         default=0,
         help="each runner's OMNIGENT_RUNNER_MAX_TURNS (default: --sessions, so every turn "
         "starts at once; below it, the rest wait in the fair-share queue)",
+    )
+    parser.add_argument(
+        "--user-max-turns",
+        type=int,
+        default=0,
+        help="the servers' OMNIGENT_MAX_RUNNING_TURNS_PER_USER (default: --sessions: every "
+        "session belongs to the benchmark's one user)",
     )
     parser.add_argument("--rounds", type=int, default=2, help="turns per session, at once")
     parser.add_argument("--poll-ms", type=float, default=20.0, help="snapshot poll interval")

@@ -4,7 +4,8 @@ A thin front for daphne's command line: ``--host``/``-b`` and ``--port``/``-p``
 default to ``127.0.0.1`` and ``8000`` and become a Twisted endpoint with a listen backlog
 of ``LISTEN_BACKLOG`` (daphne's own ``-b``/``-p`` listen with Twisted's 50, and a burst of
 new connections beyond it lost SYNs that the clients resent a second later). Any other
-argument goes to daphne unchanged, and the application is
+argument goes to daphne unchanged (``WEBSOCKET_DEFAULTS`` fill in two WebSocket
+timeouts not given), and the application is
 ``omnigent_site.asgi:application``. Before daphne is loaded it
 picks the event loop daphne will create (``OMNIGENT_EVENT_LOOP``, uvloop by default:
 ``runtime/event_loop.py``), the one thing that cannot wait for the application.
@@ -26,6 +27,13 @@ from pathlib import Path
 from omnigent_site.runtime.event_loop import EventLoopChoiceError, install_event_loop
 
 APPLICATION = "omnigent_site.asgi:application"
+# daphne's defaults for WebSockets, replaced unless given: it closed every tunnel after
+# 24 hours (``--websocket_timeout 86400``), and refused an upgrade its application had
+# not accepted within 5 s with an HTTP 403, which the runner must take as a bad token
+# (tunnel.md) and exit. Under a reconnect storm (10,000 runners after a restart, measured
+# with ``bench/scale.py``) the tunnel's token check can take longer than that; past the
+# runner's own 10 s open timeout the runner simply dials again.
+WEBSOCKET_DEFAULTS = {"--websocket_timeout": "-1", "--websocket_connect_timeout": "60"}
 # The accept queue asked for; the kernel caps it at its own limit (net.core.somaxconn).
 LISTEN_BACKLOG = 2048
 SOMAXCONN = Path("/proc/sys/net/core/somaxconn")
@@ -61,6 +69,10 @@ def daphne_argv(argv: list[str]) -> list[str]:
             port = next(args)
         else:
             rest.append(arg)
+    given = {arg.split("=", 1)[0] for arg in rest}
+    for option, value in WEBSOCKET_DEFAULTS.items():
+        if option not in given:
+            rest += [option, value]
     return ["-e", tcp_endpoint(host, port), *rest, APPLICATION]
 
 

@@ -10,6 +10,8 @@ import pytest
 from omnigent_site import serve
 from omnigent_site.serve import daphne_argv, listen_backlog
 
+WEBSOCKET_DEFAULT_ARGS = ["--websocket_timeout", "-1", "--websocket_connect_timeout", "60"]
+
 
 def test_daphne_gets_the_address_the_options_and_the_app() -> None:
     argv = daphne_argv(["--host", "0.0.0.0", "--port", "9000", "--proxy-headers"])
@@ -17,6 +19,7 @@ def test_daphne_gets_the_address_the_options_and_the_app() -> None:
         "-e",
         f"tcp:port=9000:interface=0.0.0.0:backlog={listen_backlog()}",
         "--proxy-headers",
+        *WEBSOCKET_DEFAULT_ARGS,
         "omnigent_site.asgi:application",
     ]
 
@@ -25,6 +28,7 @@ def test_loopback_and_port_8000_by_default() -> None:
     assert daphne_argv([]) == [
         "-e",
         f"tcp:port=8000:interface=127.0.0.1:backlog={listen_backlog()}",
+        *WEBSOCKET_DEFAULT_ARGS,
         "omnigent_site.asgi:application",
     ]
 
@@ -66,3 +70,13 @@ def test_the_frame_limit_is_not_an_argument_any_more() -> None:
     argv = daphne_argv(["-b", "127.0.0.1", "--websocket-max-message-size", "123"])
     assert argv[argv.index("--websocket-max-message-size") + 1] == "123"
     assert daphne_argv([]).count("--websocket-max-frame-size") == 0
+
+
+def test_tunnels_are_never_closed_for_age_nor_refused_for_a_slow_handshake() -> None:
+    """daphne's defaults closed every WebSocket after a day and answered a handshake its
+    application had not accepted within 5 s with a 403, which a runner takes as a bad
+    token; a value given on the command line wins."""
+    argv = daphne_argv(["--websocket_connect_timeout=7"])
+    assert argv[argv.index("--websocket_timeout") + 1] == "-1"
+    assert "--websocket_connect_timeout=7" in argv
+    assert argv.count("--websocket_connect_timeout") == 0
