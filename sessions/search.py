@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
-
 from dataclasses import replace as with_changes
 
 from django.db import connection
@@ -33,8 +32,8 @@ SNIPPET_CHARS = 200
 # Characters of context kept before the first match in a snippet.
 SNIPPET_LEAD = 60
 OPEN_MARK, CLOSE_MARK = "\u00ab", "\u00bb"
-# SQLite: sessions of the list looked at first, in the list's order, for each row of the
-# page (``page``); the index-wide filter runs only when they hold too few matches.
+# Sessions of the list looked at first, in the list's order, for each row of the page
+# (``page``); the index-wide filter runs only when they hold too few matches.
 WINDOW_PER_ROW = 2
 MIN_WINDOW = 50
 
@@ -165,40 +164,64 @@ class Hit:
     snippet: str
 
 
+# A matching session's first matching item: (item id, its indexed text); None for a
+# session that matches by its title alone.
+First = tuple[str, str] | None
+
+
+def matches(query: Query, session_ids: list[str]) -> dict[str, First]:
+    """Which of these sessions match, each with its first matching item (in order)."""
+    if not session_ids:
+        return {}
+    if connection.vendor == "postgresql":
+        return _postgres_matches(query, session_ids)
+    return _sqlite_matches(query, session_ids)
+
+
 def first_hits(query: Query, session_ids: list[str]) -> dict[str, Hit]:
     """For each of these sessions with a matching item, its first one (in order) and
     the snippet around the match; a session matched by its title alone is absent."""
-    if not session_ids:
-        return {}
-    if connection.vendor != "postgresql":
-        found = _sqlite_matches(query, session_ids)
-        return {
-            session_id: Hit(item_id=item_id, snippet=snippet(body, query))
-            for session_id, first in found.items()
-            if first is not None
-            for item_id, body in [first]
-        }
-    where, params, table = _match_sql(query, titles=False)
-    marks = ", ".join(["%s"] * len(session_ids))
-    item = connection.ops.quote_name(search_index.ITEM_TABLE)
-    sql = (
-        f"SELECT i.session_id, i.id, f.body FROM {item} i JOIN ("
-        f"SELECT {table}.session_id AS session_id, MIN({table}.item_seq) AS seq FROM {table} "
-        f"WHERE {where} AND {table}.session_id IN ({marks}) GROUP BY {table}.session_id"
-        f") m ON i.seq = m.seq JOIN {table} f ON f.item_seq = m.seq"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *session_ids])
-        rows = cursor.fetchall()
+    return _hits(query, session_ids, matches(query, session_ids))
+
+
+def _hits(query: Query, session_ids: list[str], found: dict[str, First]) -> dict[str, Hit]:
     return {
-        session_id: Hit(item_id=item_id, snippet=snippet(body, query))
-        for session_id, item_id, body in rows
+        session_id: Hit(item_id=first[0], snippet=snippet(first[1], query))
+        for session_id in session_ids
+        if (first := found.get(session_id)) is not None
     }
 
 
-def _sqlite_matches(query: Query, session_ids: list[str]) -> dict[str, tuple[str, str] | None]:
-    """Which of these sessions match (SQLite): each with its first matching item's id
-    and text, or None when only its title matches.
+def _postgres_matches(query: Query, session_ids: list[str]) -> dict[str, First]:
+    """``matches`` on PostgreSQL: the planner reads these sessions' rows (by the
+    ``session_id`` index) or intersects them with the GIN index, whichever its
+    statistics say is cheaper, never the index's every match."""
+    where, params, table = _match_sql(query, titles=False)
+    titles_where, titles_params, titles_table = _match_sql(query, titles=True)
+    marks = ", ".join(["%s"] * len(session_ids))
+    item = connection.ops.quote_name(search_index.ITEM_TABLE)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {titles_table}.session_id FROM {titles_table} WHERE {titles_where} "
+            f"AND {titles_table}.session_id IN ({marks})",
+            [*titles_params, *session_ids],
+        )
+        found: dict[str, First] = {session_id: None for (session_id,) in cursor.fetchall()}
+        cursor.execute(
+            f"SELECT i.session_id, i.id, f.body FROM {item} i JOIN ("
+            f"SELECT {table}.session_id AS session_id, MIN({table}.item_seq) AS seq "
+            f"FROM {table} WHERE {where} AND {table}.session_id IN ({marks}) "
+            f"GROUP BY {table}.session_id) m ON i.seq = m.seq "
+            f"JOIN {table} f ON f.item_seq = m.seq",
+            [*params, *session_ids],
+        )
+        for session_id, item_id, body in cursor.fetchall():
+            found[session_id] = (item_id, body)
+    return found
+
+
+def _sqlite_matches(query: Query, session_ids: list[str]) -> dict[str, First]:
+    """``matches`` on SQLite.
 
     One FTS5 query over the rowids (item ``seq``) between the sessions' first and last
     item, mapped to sessions through the item rows, so its cost follows the matches in
@@ -230,9 +253,7 @@ def _sqlite_matches(query: Query, session_ids: list[str]) -> dict[str, tuple[str
             f"AND {titles_table}.session_id IN ({marks})",
             [*titles_params, *session_ids],
         )
-        found: dict[str, tuple[str, str] | None] = {
-            session_id: None for (session_id,) in cursor.fetchall()
-        }
+        found: dict[str, First] = {session_id: None for (session_id,) in cursor.fetchall()}
         if first:
             seqs = list(first.values())
             cursor.execute(
@@ -252,16 +273,13 @@ def page(
     """One page of the sessions of ``queryset`` that match, in the list's order, and the
     first matching item of each that has one.
 
-    PostgreSQL: ``filter_sessions`` (the planner bounds it), then the page's hits.
-    SQLite cannot plan that way (each FTS5 query would be one per session), so it looks
-    first at a window of the list's next sessions, ``WINDOW_PER_ROW`` per row of the
-    page: when the window holds a page and one more of matches, or is the list's end,
-    those are the page (the sessions before the page's last row are all in the window,
-    so none is missed); else (rare words) the index-wide ``filter_sessions``, cheap then
-    since the matches are few. Either way the same rows as the filtered list."""
-    if connection.vendor == "postgresql":
-        found = paginate(filter_sessions(queryset, query), params, sort_field=sort_field)
-        return found, first_hits(query, [session.id for session in found.objects])
+    A common word matches most sessions, and reading every match to list twenty of them
+    is what made it slow (issue 41). So the page is looked for first in a window of the
+    list's next sessions, ``WINDOW_PER_ROW`` per row of the page: when the window holds
+    a page and one more of matches, or reaches the list's end, those are the page (every
+    session before the page's last row is in the window, so none is missed). Else the
+    words are rare enough for ``filter_sessions`` over the whole index. Either way the
+    rows are those of the filtered list, cursors included."""
     size = max(MIN_WINDOW, WINDOW_PER_ROW * (params.limit + 1))
     window = paginate(
         queryset.select_related(None).only("pk", sort_field),
@@ -271,21 +289,15 @@ def page(
     ids = [session.id for session in window.objects]
     cursor = params.after or params.before
     # The cursor's session too: the page's query looks it up among the matches.
-    looked_at = [*ids, cursor] if cursor else ids
-    found_ids = _sqlite_matches(query, looked_at) if looked_at else {}
-    in_window = sum(1 for session_id in ids if session_id in found_ids)
+    found = matches(query, [*ids, cursor] if cursor else ids)
+    in_window = sum(1 for session_id in ids if session_id in found)
     if in_window > params.limit or not window.has_more:
-        matching = queryset.filter(pk__in=list(found_ids))
-        found = paginate(matching, params, sort_field=sort_field)
-        # Snippets of the page's rows only.
-        hits = {
-            session.id: Hit(item_id=first[0], snippet=snippet(first[1], query))
-            for session in found.objects
-            if (first := found_ids.get(session.id)) is not None
-        }
-        return found, hits
-    found = paginate(filter_sessions(queryset, query), params, sort_field=sort_field)
-    return found, first_hits(query, [session.id for session in found.objects])
+        result = paginate(queryset.filter(pk__in=list(found)), params, sort_field=sort_field)
+    else:
+        result = paginate(filter_sessions(queryset, query), params, sort_field=sort_field)
+        found = matches(query, [session.id for session in result.objects])
+    # Snippets of the page's rows only.
+    return result, _hits(query, [session.id for session in result.objects], found)
 
 
 def _word_matches(token: str, query: Query) -> bool:
