@@ -76,6 +76,7 @@ bench: bootstrap-dev
 	$(BIN)/python -m bench.webhooks
 	$(BIN)/python -m bench.files
 	$(BIN)/python -m bench.workspace
+	$(BIN)/python -m bench.search
 	$(BIN)/python -m bench.retention
 	$(BIN)/python -m bench.retention --database postgres
 	$(BIN)/python -m bench.schedules

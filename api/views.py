@@ -219,12 +219,13 @@ class SessionListView(APIView):
             queryset = selectors.pinned_filter(
                 queryset, user=request_user(request), pinned=pinned in ("1", "true")
             )
-        if query is not None:
-            queryset = search.filter_sessions(queryset, query)
-        page = paginate(queryset, params, sort_field=sort_by)
+        hits: dict[str, search.Hit] = {}
+        if query is None:
+            page = paginate(queryset, params, sort_field=sort_by)
+        else:
+            page, hits = search.page(queryset, query, params, sort_field=sort_by)
         session_ids = [session.id for session in page.objects]
         levels = selectors.grant_levels(user=request_user(request), session_ids=session_ids)
-        hits = search.first_hits(query, session_ids) if query is not None else {}
 
         def render(session: Session) -> SessionListRowOut:
             level = levels.get(session.id, 0)

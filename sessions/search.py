@@ -13,12 +13,15 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass
+from dataclasses import replace as with_changes
 
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import BooleanField, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 from omnigent_site.domain_errors import InvalidInput
+from omnigent_site.pagination import ListParams, Page, paginate
+from omnigent_site.rawsql import quoted
 
 from . import search_index
 from .models import Session
@@ -29,6 +32,10 @@ SNIPPET_CHARS = 200
 # Characters of context kept before the first match in a snippet.
 SNIPPET_LEAD = 60
 OPEN_MARK, CLOSE_MARK = "\u00ab", "\u00bb"
+# Sessions of the list looked at first, in the list's order, for each row of the page
+# (``page``); the index-wide filter runs only when they hold too few matches.
+WINDOW_PER_ROW = 2
+MIN_WINDOW = 50
 
 _TOKEN = re.compile(r"[^\W_]+")
 
@@ -98,17 +105,21 @@ def _match_sql(query: Query, *, titles: bool) -> tuple[str, list[str], str]:
         if tsquery is not None:
             conditions.append(f"{table}.document @@ to_tsquery('simple', omnigent_search_fold(%s))")
             params.append(tsquery)
-        like = "ILIKE"
+        # With a tsquery the literal part only rechecks its few rows: as ``lower() LIKE``
+        # the trigram index cannot serve it, which the planner chose otherwise and then
+        # read every row holding a common trigram (``cabe-cebe``: 50,000 of 120,000).
+        body = f"lower({table}.body)" if tsquery is not None else f"{table}.body"
+        like = "LIKE lower(%s)" if tsquery is not None else "ILIKE %s"
     else:
         table = search_index.TITLE_FTS if titles else search_index.ITEM_FTS
         expression = _fts5_expression(query)
         if expression is not None:
             conditions.append(f"{table} MATCH %s")
             params.append(expression)
-        like = "LIKE"
+        body, like = f"{table}.body", "LIKE %s"
     for word in query.words:
         if word.literal is not None:
-            conditions.append(f"{table}.body {like} %s ESCAPE '\\'")
+            conditions.append(f"{body} {like} ESCAPE '\\'")
             params.append(_like_pattern(word.literal))
     return " AND ".join(conditions), params, table
 
@@ -116,12 +127,31 @@ def _match_sql(query: Query, *, titles: bool) -> tuple[str, list[str], str]:
 def filter_sessions(queryset: QuerySet[Session], query: Query) -> QuerySet[Session]:
     """``queryset`` narrowed to sessions whose title or one of whose items matches.
 
-    One ``IN`` over a ``UNION ALL`` (not two ``IN``s joined by ``OR``), so PostgreSQL can
-    plan it as a semi-join and stop early when the words are common."""
+    PostgreSQL: an ``EXISTS`` per session on its items, or its id among the title
+    matches, so the planner picks per query from the index's statistics: a common word
+    walks the sessions in the list's order and stops at the page's end (about one item
+    read per session), a rare one reads its few matches from the GIN index once. (One
+    ``IN`` over every matching item read all 120,000 rows for a common word.)
+    SQLite: the index's matches, each mapped to its session through the item row
+    (``rowid`` = ``seq``), cheaper than the FTS table's own ``session_id`` column."""
     items_where, items_params, items_table = _match_sql(query, titles=False)
     titles_where, titles_params, titles_table = _match_sql(query, titles=True)
+    titles = RawSQL(
+        f"SELECT {titles_table}.session_id FROM {titles_table} WHERE {titles_where}",
+        titles_params,
+    )
+    if connection.vendor == "postgresql":
+        items = RawSQL(
+            f"EXISTS (SELECT 1 FROM {items_table} WHERE {items_table}.session_id = "
+            f"{quoted(Session)}.{quoted(Session, 'id')} AND {items_where})",
+            items_params,
+            output_field=BooleanField(),
+        )
+        return queryset.filter(Q(items) | Q(pk__in=titles))
+    item = connection.ops.quote_name(search_index.ITEM_TABLE)
     matching = RawSQL(
-        f"SELECT {items_table}.session_id FROM {items_table} WHERE {items_where} UNION ALL "
+        f"SELECT i.session_id FROM {items_table} CROSS JOIN {item} i "
+        f"ON i.seq = {items_table}.rowid WHERE {items_where} UNION ALL "
         f"SELECT {titles_table}.session_id FROM {titles_table} WHERE {titles_where}",
         [*items_params, *titles_params],
     )
@@ -134,28 +164,140 @@ class Hit:
     snippet: str
 
 
+# A matching session's first matching item: (item id, its indexed text); None for a
+# session that matches by its title alone.
+First = tuple[str, str] | None
+
+
+def matches(query: Query, session_ids: list[str]) -> dict[str, First]:
+    """Which of these sessions match, each with its first matching item (in order)."""
+    if not session_ids:
+        return {}
+    if connection.vendor == "postgresql":
+        return _postgres_matches(query, session_ids)
+    return _sqlite_matches(query, session_ids)
+
+
 def first_hits(query: Query, session_ids: list[str]) -> dict[str, Hit]:
     """For each of these sessions with a matching item, its first one (in order) and
     the snippet around the match; a session matched by its title alone is absent."""
-    if not session_ids:
-        return {}
+    return _hits(query, session_ids, matches(query, session_ids))
+
+
+def _hits(query: Query, session_ids: list[str], found: dict[str, First]) -> dict[str, Hit]:
+    return {
+        session_id: Hit(item_id=first[0], snippet=snippet(first[1], query))
+        for session_id in session_ids
+        if (first := found.get(session_id)) is not None
+    }
+
+
+def _postgres_matches(query: Query, session_ids: list[str]) -> dict[str, First]:
+    """``matches`` on PostgreSQL: the planner reads these sessions' rows (by the
+    ``session_id`` index) or intersects them with the GIN index, whichever its
+    statistics say is cheaper, never the index's every match."""
     where, params, table = _match_sql(query, titles=False)
-    key = "item_seq" if connection.vendor == "postgresql" else "rowid"
+    titles_where, titles_params, titles_table = _match_sql(query, titles=True)
     marks = ", ".join(["%s"] * len(session_ids))
     item = connection.ops.quote_name(search_index.ITEM_TABLE)
-    sql = (
-        f"SELECT i.session_id, i.id, f.body FROM {item} i JOIN ("
-        f"SELECT {table}.session_id AS session_id, MIN({table}.{key}) AS seq FROM {table} "
-        f"WHERE {where} AND {table}.session_id IN ({marks}) GROUP BY {table}.session_id"
-        f") m ON i.seq = m.seq JOIN {table} f ON f.{key} = m.seq"
-    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *session_ids])
-        found = cursor.fetchall()
-    return {
-        session_id: Hit(item_id=item_id, snippet=snippet(body, query))
-        for session_id, item_id, body in found
-    }
+        cursor.execute(
+            f"SELECT {titles_table}.session_id FROM {titles_table} WHERE {titles_where} "
+            f"AND {titles_table}.session_id IN ({marks})",
+            [*titles_params, *session_ids],
+        )
+        found: dict[str, First] = {session_id: None for (session_id,) in cursor.fetchall()}
+        cursor.execute(
+            f"SELECT i.session_id, i.id, f.body FROM {item} i JOIN ("
+            f"SELECT {table}.session_id AS session_id, MIN({table}.item_seq) AS seq "
+            f"FROM {table} WHERE {where} AND {table}.session_id IN ({marks}) "
+            f"GROUP BY {table}.session_id) m ON i.seq = m.seq "
+            f"JOIN {table} f ON f.item_seq = m.seq",
+            [*params, *session_ids],
+        )
+        for session_id, item_id, body in cursor.fetchall():
+            found[session_id] = (item_id, body)
+    return found
+
+
+def _sqlite_matches(query: Query, session_ids: list[str]) -> dict[str, First]:
+    """``matches`` on SQLite.
+
+    One FTS5 query over the rowids (item ``seq``) between the sessions' first and last
+    item, mapped to sessions through the item rows, so its cost follows the matches in
+    that span, not in the whole index. (Each FTS5 query with a prefix word merges the
+    postings of every word with that prefix, a few ms for a common one: one query, not
+    one per session.)"""
+    marks = ", ".join(["%s"] * len(session_ids))
+    item = connection.ops.quote_name(search_index.ITEM_TABLE)
+    where, params, table = _match_sql(query, titles=False)
+    titles_where, titles_params, titles_table = _match_sql(query, titles=True)
+    first: dict[str, int] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT MIN(seq), MAX(seq) FROM {item} WHERE session_id IN ({marks})", session_ids
+        )
+        low, high = cursor.fetchone()
+        if low is not None:
+            # CROSS JOIN: the FTS table first (one query), each match's item by rowid.
+            cursor.execute(
+                f"SELECT {table}.rowid, i.session_id FROM {table} CROSS JOIN {item} i "
+                f"ON i.seq = {table}.rowid WHERE {where} AND {table}.rowid BETWEEN %s AND %s "
+                f"AND +i.session_id IN ({marks}) ORDER BY {table}.rowid",
+                [*params, low, high, *session_ids],
+            )
+            for seq, session_id in cursor.fetchall():
+                first.setdefault(session_id, seq)
+        cursor.execute(
+            f"SELECT {titles_table}.session_id FROM {titles_table} WHERE {titles_where} "
+            f"AND {titles_table}.session_id IN ({marks})",
+            [*titles_params, *session_ids],
+        )
+        found: dict[str, First] = {session_id: None for (session_id,) in cursor.fetchall()}
+        if first:
+            seqs = list(first.values())
+            cursor.execute(
+                f"SELECT i.session_id, i.id, {table}.body FROM {table} CROSS JOIN {item} i "
+                f"ON i.seq = {table}.rowid WHERE {table}.rowid IN "
+                f"({', '.join(['%s'] * len(seqs))})",
+                seqs,
+            )
+            for session_id, item_id, body in cursor.fetchall():
+                found[session_id] = (item_id, body)
+    return found
+
+
+def page(
+    queryset: QuerySet[Session], query: Query, params: ListParams, *, sort_field: str
+) -> tuple[Page, dict[str, Hit]]:
+    """One page of the sessions of ``queryset`` that match, in the list's order, and the
+    first matching item of each that has one.
+
+    A common word matches most sessions, and reading every match to list twenty of them
+    is what made it slow (issue 41). So the page is looked for first in a window of the
+    list's next sessions, ``WINDOW_PER_ROW`` per row of the page: when the window holds
+    a page and one more of matches, or reaches the list's end, those are the page (every
+    session before the page's last row is in the window, so none is missed). Else the
+    words are rare enough for ``filter_sessions`` over the whole index. Either way the
+    rows are those of the filtered list, cursors included."""
+    size = max(MIN_WINDOW, WINDOW_PER_ROW * (params.limit + 1))
+    window = paginate(
+        queryset.select_related(None).only("pk", sort_field),
+        with_changes(params, limit=size),
+        sort_field=sort_field,
+    )
+    ids = [session.id for session in window.objects]
+    cursor = params.after or params.before
+    # The cursor's session too: the page's query looks it up among the matches.
+    found = matches(query, [*ids, cursor] if cursor else ids)
+    in_window = sum(1 for session_id in ids if session_id in found)
+    if in_window > params.limit or not window.has_more:
+        result = paginate(queryset.filter(pk__in=list(found)), params, sort_field=sort_field)
+    else:
+        result = paginate(filter_sessions(queryset, query), params, sort_field=sort_field)
+        found = matches(query, [session.id for session in result.objects])
+    # Snippets of the page's rows only.
+    return result, _hits(query, [session.id for session in result.objects], found)
 
 
 def _word_matches(token: str, query: Query) -> bool:

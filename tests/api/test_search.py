@@ -228,3 +228,158 @@ def test_sessions_stay_readable_after_search_index_rebuild(make, client_for) -> 
     assert ids(find(client_for, "rebuilt")) == {session}
     assert ids(find(client_for, "kept")) == {session}
     assert Session.objects.filter(pk=session).exists()
+
+
+# --- pages of matches: the window looked at first, then the whole index (issue 41) ---
+
+
+def _later_item(session_id: str, item_id: str, text: str) -> None:
+    """An item written after other sessions' items, so sessions' item ``seq`` ranges
+    interleave (as when several sessions are active at once)."""
+    Item.objects.create(session_id=session_id, id=item_id, type="message", data=user(text))
+
+
+@pytest.fixture
+def listed(client_for, make, grant):
+    """Sessions in creation order: which of ALICE's match "needle" (and by which item),
+    interleaved with non-matching ones and with BOB's matches; one of BOB's is shared
+    with ALICE for reading, one of hers gets its match last, after the others' items."""
+    expected: dict[str, str | None] = {}
+    shared = None
+    for n in range(14):
+        if n % 5 == 1:
+            bob = make(user(f"needle of bob {n}"), owner=BOB)
+            if shared is None:
+                shared = bob
+                grant(bob, ALICE, 1, by=BOB)
+                expected[bob] = None  # filled below
+        elif n % 3 == 0:
+            make(user(f"haystack {n}"), assistant("nothing here"))
+        else:
+            expected[
+                make(user(f"intro {n}", f"item_{n}_a"), assistant(f"needle {n}", f"item_{n}_b"))
+            ] = f"item_{n}_b"
+    late = make(user("no match yet", "late_a"))
+    _later_item(late, "late_b", "the needle arrives late")
+    expected[late] = "late_b"
+    # An item of the oldest matching session written after every other one.
+    oldest = next(session_id for session_id in expected if session_id != shared)
+    _later_item(oldest, "oldest_late", "needle again, later")
+    first_of_shared = Item.objects.filter(session_id=shared).order_by("seq").first()
+    expected[shared] = first_of_shared.id
+    # The list's order (created_at, id), as the plain list shows it.
+    plain = client_for(ALICE).get("/v1/sessions", {"limit": 100, "order": "asc"}).json()["data"]
+    in_order = [row["id"] for row in plain if row["id"] in expected]
+    assert len(in_order) == len(expected) >= 8
+    return in_order, expected
+
+
+def _walk(client_for, *, limit: int, order: str) -> list[dict]:
+    """Every page of the search, following the ``after`` cursors."""
+    rows: list[dict] = []
+    params: dict = {"limit": limit, "order": order}
+    while True:
+        response = client_for(ALICE).get("/v1/sessions", {"search_query": "needle", **params})
+        assert response.status_code == 200, response.content
+        body = response.json()
+        assert len(body["data"]) <= limit
+        rows += body["data"]
+        if not body["has_more"]:
+            return rows
+        params = {"limit": limit, "order": order, "after": body["last_id"]}
+
+
+@pytest.mark.parametrize("window", [(1, 1), (2, 2), (50, 2)])
+@pytest.mark.parametrize("limit", [1, 2, 3, 20])
+def test_pages_follow_every_match_in_order(client_for, listed, monkeypatch, window, limit) -> None:
+    """Whatever the window's size (tiny ones go to the whole index's filter most of the
+    time), the pages hold exactly the readable matching sessions, in order, each with
+    its first matching item."""
+    in_order, expected = listed
+    monkeypatch.setattr(search, "MIN_WINDOW", window[0])
+    monkeypatch.setattr(search, "WINDOW_PER_ROW", window[1])
+    for order in ("asc", "desc"):
+        rows = _walk(client_for, limit=limit, order=order)
+        wanted = in_order if order == "asc" else in_order[::-1]
+        assert [row["id"] for row in rows] == wanted
+        assert {row["id"]: row["search_item_id"] for row in rows} == expected
+        assert all("«needle»" in row["search_snippet"] for row in rows)
+    if limit < len(in_order):
+        # Back from the last page with ``before``: the same rows.
+        rows = _walk_back(client_for, limit=limit, start=in_order[-limit])
+        assert [row["id"] for row in rows] == in_order[:-limit]
+
+
+def _walk_back(client_for, *, limit: int, start: str) -> list[dict]:
+    rows: list[dict] = []
+    cursor = start
+    while True:
+        body = (
+            client_for(ALICE)
+            .get(
+                "/v1/sessions",
+                {"search_query": "needle", "limit": limit, "order": "asc", "before": cursor},
+            )
+            .json()
+        )
+        rows = body["data"] + rows
+        if not body["has_more"]:
+            return rows
+        cursor = body["first_id"]
+
+
+def test_a_full_window_answers_alone_and_a_sparse_one_reads_the_index(
+    client_for, listed, monkeypatch
+) -> None:
+    in_order, _expected = listed
+    calls: list[str] = []
+    whole_index = search.filter_sessions
+
+    def counted(queryset, query):
+        calls.append(query.words[0].tokens[0])
+        return whole_index(queryset, query)
+
+    monkeypatch.setattr(search, "filter_sessions", counted)
+    monkeypatch.setattr(search, "MIN_WINDOW", 1)
+    monkeypatch.setattr(search, "WINDOW_PER_ROW", 1)
+    # The newest sessions: two matches in a row fill a page of one and its one more.
+    newest = client_for(ALICE).get("/v1/sessions", {"limit": 2}).json()["data"]
+    assert all(row["id"] in in_order for row in newest)
+    assert [row["id"] for row in find(client_for, "needle", limit=1)] == [in_order[-1]]
+    assert calls == []
+    # "haystack": in no more than one of any three sessions, never two in a row.
+    rows = find(client_for, "haystack", limit=1)
+    assert len(rows) == 1 and rows[0]["search_item_id"] is not None
+    assert calls == ["haystack"]
+
+
+def test_a_cursor_outside_the_matches_is_refused(client_for, listed, make) -> None:
+    other = make(user("haystack only"))
+    for side in ("after", "before"):
+        response = client_for(ALICE).get("/v1/sessions", {"search_query": "needle", side: other})
+        assert_error(response, 400, "invalid_input", mentions=side)
+
+
+def test_never_a_match_in_a_session_the_caller_cannot_read(client_for, make, monkeypatch) -> None:
+    """BOB's sessions match too, in the middle of ALICE's list: in no window, page or
+    cursor walk does ALICE see one."""
+    mine = []
+    for n in range(6):
+        make(user(f"secret {n}"), owner=BOB)
+        mine.append(make(user(f"secret mine {n}")))
+    monkeypatch.setattr(search, "MIN_WINDOW", 1)
+    monkeypatch.setattr(search, "WINDOW_PER_ROW", 1)
+    seen = [row["id"] for row in _walk_text(client_for, "secret")]
+    assert seen == mine[::-1]
+    assert len(find(client_for, "secret", who=BOB, limit=100)) == 6
+
+
+def _walk_text(client_for, text: str) -> list[dict]:
+    rows: list[dict] = []
+    params: dict = {"limit": 1}
+    while True:
+        body = client_for(ALICE).get("/v1/sessions", {"search_query": text, **params}).json()
+        rows += body["data"]
+        if not body["has_more"]:
+            return rows
+        params = {"limit": 1, "after": body["last_id"]}
