@@ -477,6 +477,19 @@ class _Run:
         self.session = session
         self.unit = unit
         self._turns: dict[str, Turn | None] = {}
+        # LLM calls recorded in the run and not yet stored (``_apply_usage``).
+        self.calls: list[usage_services.PricedCall] = []
+
+    def store_calls(self) -> None:
+        """Store the run's pending LLM calls and add them to the totals (one statement
+        on PostgreSQL); the totals are read at a turn's end, so it stores them first."""
+        calls, self.calls = self.calls, []
+        usage_services.record_calls(
+            session_id=self.session.id,
+            user_id=self.session.created_by_id,
+            agent_name=self.session.agent.name,
+            calls=calls,
+        )
 
     def turn(self, response_id: str | None) -> Turn | None:
         if not response_id:
@@ -538,6 +551,7 @@ def _apply_turn_end(run: _Run, event: protocol.TurnEnd) -> None:
     response = run.turn(event.response_id)
     if response is None:
         raise MalformedEvent(f"{protocol.frame_type(event)} for an unknown response")
+    run.store_calls()  # the session's totals are read for ``session.usage``
     _finish_turn(
         response,
         status=TURN_END_STATUS[type(event)],
@@ -720,9 +734,11 @@ def _apply_mcp_status(run: _Run, event: protocol.McpStatus) -> None:
 
 
 def _apply_usage(run: _Run, event: protocol.UsageRecorded) -> None:
-    """One LLM call: priced and added to the user's and session's totals (``usage``),
-    to the turn's sums on its row, and to the session's cost on the locked session row.
-    No log entry of its own: ``session.usage`` goes out once, at the turn's end."""
+    """One LLM call: priced now and added to the turn's sums on its row and to the
+    session's cost on the locked session row; its row and the user's and session's totals
+    (``usage``) are written with the run's other calls, in one statement at the run's end
+    or before a turn's end reads them (``_Run.store_calls``). No log entry of its own:
+    ``session.usage`` goes out once, at the turn's end."""
     session = run.session
     response = run.turn(event.response_id)
     if response is None:
@@ -736,13 +752,12 @@ def _apply_usage(run: _Run, event: protocol.UsageRecorded) -> None:
         reasoning_tokens=event.reasoning_tokens,
         reported=event.reported,
     )
-    call = usage_services.record_call(
-        session_id=session.id,
-        response_id=response.id,
-        user_id=session.created_by_id,
-        agent_name=session.agent.name,
-        usage=usage,
-    )
+    call = usage_services.price_call(response_id=response.id, usage=usage)
+    run.calls.append(call)
+    if not at_block_end(
+        session_id=session.id, key="usage-calls", action=run.store_calls, unit=run.unit
+    ):
+        run.store_calls()
     response.usage = add_to_turn(response.usage, usage, call.cost_nano)
 
     # The turn's row is written once per run of events, with its latest sums.
