@@ -252,11 +252,15 @@ def accept_message(
     tools: list[dict[str, Any]],
     unit: WriteUnit | None = None,
     user_id: int | None = None,
+    runner: Runner | None = None,
 ) -> tuple[Item, Turn]:
     """Store the user item and its queued turn, and tell watchers the input was consumed.
 
     ``user_id``: whose turn it is for fair share (``runners.scheduler``); the session's
-    creator when not given. The turn waits for a slot until ``scheduler.claim`` starts it.
+    creator when not given. The turn waits for a slot until ``scheduler.claim`` starts it,
+    unless ``runner`` (the session's, as the caller read it) has a slot for it now and
+    nothing waits (``scheduler.starts_at_once``): then it is stored dispatched
+    (``dispatched_at`` set) and no claim is needed.
 
     The stream events and the list row it announces go to the channel layer together,
     in one trip to the event loop, which the ``202`` waits for (or with what ``unit``
@@ -274,6 +278,7 @@ def accept_message(
                 tools=tools,
                 unit=writing,
                 user_id=user_id if user_id is not None else session.created_by_id,
+                runner=runner,
             )
     return item, response
 
@@ -286,9 +291,18 @@ def _store_message(
     tools: list[dict[str, Any]],
     unit: WriteUnit,
     user_id: int | None,
+    runner: Runner | None = None,
 ) -> tuple[Item, Turn]:
     """Inside ``accept_message``'s transaction, with the session row locked."""
-    response = Turn(session=session, tools=tools, user_id=user_id, dispatched_at=None)
+    at_once = runner is not None and scheduler.starts_at_once(
+        session=session, runner=runner, user_id=user_id
+    )
+    response = Turn(
+        session=session,
+        tools=tools,
+        user_id=user_id,
+        dispatched_at=timezone.now() if at_once else None,
+    )
     insert_row(response)
     item = Item(
         session=session,
