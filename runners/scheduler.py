@@ -27,6 +27,7 @@ import math
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -276,7 +277,7 @@ def starts_at_once(*, session: Session, runner: Runner, user_id: int | None) -> 
     return on_runner < runner.max_turns and not (cap and for_user >= cap)
 
 
-def _fast_counts_params(session: Session, user_id: int | None) -> list[object]:
+def _fast_counts_params(session: Session, user_id: int | None) -> list[Any]:
     open_statuses = [str(status) for status in Turn.OPEN_STATUSES]
     user = [] if user_id is None else [user_id]
     return [

@@ -174,11 +174,13 @@ def record_calls(
             else:
                 for index, value in enumerate(sums):
                     found[index] += value
-    session_rows = [[session_id, d, m, user, agent_name, *n] for (d, m), n in by_day.items()]
-    daily_rows = [[user, d, m, agent_name, *n] for (d, m), n in by_day.items()]
-    monthly_rows = [[user, d, m, agent_name, *n] for (d, m), n in by_month.items()]
+    session_rows: list[list[Any]] = [
+        [session_id, d, m, user, agent_name, *n] for (d, m), n in by_day.items()
+    ]
+    daily_rows: list[list[Any]] = [[user, d, m, agent_name, *n] for (d, m), n in by_day.items()]
+    monthly_rows: list[list[Any]] = [[user, d, m, agent_name, *n] for (d, m), n in by_month.items()]
     shape = (len(calls), len(by_day), len(by_month))
-    params = [
+    params: list[Any] = [
         value for rows in (session_rows, daily_rows, monthly_rows) for row in rows for value in row
     ]
     with connection.cursor() as cursor:
