@@ -15,7 +15,9 @@ It plans in one transaction under one lock (PostgreSQL: a transaction-level advi
 lock; SQLite: the write lock every transaction takes), so two server processes never
 start the same turn or go past a cap. The next free slot goes to the user with the
 fewest slots, then to the one served the longest ago, then to the oldest turn:
-round-robin between users, so one user's 50 turns cannot starve another's one. ``Session.queued_turns`` lists a session's
+round-robin between users, so one user's 50 turns cannot starve another's one. A
+message's common case skips the claim: with nothing waiting and a slot free, its turn is
+stored dispatched (:func:`starts_at_once`). ``Session.queued_turns`` lists a session's
 waiting turns (written with a ``session.queue`` event when that changes); their places
 are computed when read (``sessions.turn_queue``).
 """
