@@ -154,6 +154,7 @@ def _accept_with_command(
     data: dict[str, Any],
     tools: list[dict[str, Any]],
     user_id: int | None = None,
+    runner: Runner | None = None,
 ) -> tuple[Item, Turn, TurnStart, list[Publication]]:
     """Store the message and its turn, and build its ``turn.start``. What the write
     publishes comes back to be sent from the event loop."""
@@ -165,6 +166,7 @@ def _accept_with_command(
             tools=tools,
             unit=unit,
             user_id=user_id,
+            runner=runner,
         )
     command = runner_events.turn_start_command(response=response, inputs=[item])
     return item, response, command, unit.publications
@@ -204,8 +206,18 @@ def accept_message(
         data = session_files.prepare_message_files(session_id=session.id, data=data)
     runner = _runner_or_503(session)
     item, response, command, publications = _accept_with_command(
-        session_id=session.id, created_by=created_by, data=data, tools=tools, user_id=user_id
+        session_id=session.id,
+        created_by=created_by,
+        data=data,
+        tools=tools,
+        user_id=user_id,
+        runner=runner,
     )
+    if response.dispatched_at is not None:
+        # Started at once (a free slot, nothing waiting): no claim to make.
+        return AcceptedMessage(
+            runner=runner, item=item, response=response, command=command, publications=publications
+        )
     claimed = scheduler.claim(touched=[session.id], runners=[runner])
     mine = (session.id, response.id)
     others = [turn for turn in claimed if (turn.session_id, turn.response_id) != mine]

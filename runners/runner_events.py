@@ -252,11 +252,15 @@ def accept_message(
     tools: list[dict[str, Any]],
     unit: WriteUnit | None = None,
     user_id: int | None = None,
+    runner: Runner | None = None,
 ) -> tuple[Item, Turn]:
     """Store the user item and its queued turn, and tell watchers the input was consumed.
 
     ``user_id``: whose turn it is for fair share (``runners.scheduler``); the session's
-    creator when not given. The turn waits for a slot until ``scheduler.claim`` starts it.
+    creator when not given. The turn waits for a slot until ``scheduler.claim`` starts it,
+    unless ``runner`` (the session's, as the caller read it) has a slot for it now and
+    nothing waits (``scheduler.starts_at_once``): then it is stored dispatched
+    (``dispatched_at`` set) and no claim is needed.
 
     The stream events and the list row it announces go to the channel layer together,
     in one trip to the event loop, which the ``202`` waits for (or with what ``unit``
@@ -274,6 +278,7 @@ def accept_message(
                 tools=tools,
                 unit=writing,
                 user_id=user_id if user_id is not None else session.created_by_id,
+                runner=runner,
             )
     return item, response
 
@@ -286,9 +291,18 @@ def _store_message(
     tools: list[dict[str, Any]],
     unit: WriteUnit,
     user_id: int | None,
+    runner: Runner | None = None,
 ) -> tuple[Item, Turn]:
     """Inside ``accept_message``'s transaction, with the session row locked."""
-    response = Turn(session=session, tools=tools, user_id=user_id, dispatched_at=None)
+    at_once = runner is not None and scheduler.starts_at_once(
+        session=session, runner=runner, user_id=user_id
+    )
+    response = Turn(
+        session=session,
+        tools=tools,
+        user_id=user_id,
+        dispatched_at=timezone.now() if at_once else None,
+    )
     insert_row(response)
     item = Item(
         session=session,
@@ -477,6 +491,19 @@ class _Run:
         self.session = session
         self.unit = unit
         self._turns: dict[str, Turn | None] = {}
+        # LLM calls recorded in the run and not yet stored (``_apply_usage``).
+        self.calls: list[usage_services.PricedCall] = []
+
+    def store_calls(self) -> None:
+        """Store the run's pending LLM calls and add them to the totals (one statement
+        on PostgreSQL); the totals are read at a turn's end, so it stores them first."""
+        calls, self.calls = self.calls, []
+        usage_services.record_calls(
+            session_id=self.session.id,
+            user_id=self.session.created_by_id,
+            agent_name=self.session.agent.name,
+            calls=calls,
+        )
 
     def turn(self, response_id: str | None) -> Turn | None:
         if not response_id:
@@ -538,6 +565,7 @@ def _apply_turn_end(run: _Run, event: protocol.TurnEnd) -> None:
     response = run.turn(event.response_id)
     if response is None:
         raise MalformedEvent(f"{protocol.frame_type(event)} for an unknown response")
+    run.store_calls()  # the session's totals are read for ``session.usage``
     _finish_turn(
         response,
         status=TURN_END_STATUS[type(event)],
@@ -720,9 +748,11 @@ def _apply_mcp_status(run: _Run, event: protocol.McpStatus) -> None:
 
 
 def _apply_usage(run: _Run, event: protocol.UsageRecorded) -> None:
-    """One LLM call: priced and added to the user's and session's totals (``usage``),
-    to the turn's sums on its row, and to the session's cost on the locked session row.
-    No log entry of its own: ``session.usage`` goes out once, at the turn's end."""
+    """One LLM call: priced now and added to the turn's sums on its row and to the
+    session's cost on the locked session row; its row and the user's and session's totals
+    (``usage``) are written with the run's other calls, in one statement at the run's end
+    or before a turn's end reads them (``_Run.store_calls``). No log entry of its own:
+    ``session.usage`` goes out once, at the turn's end."""
     session = run.session
     response = run.turn(event.response_id)
     if response is None:
@@ -736,13 +766,12 @@ def _apply_usage(run: _Run, event: protocol.UsageRecorded) -> None:
         reasoning_tokens=event.reasoning_tokens,
         reported=event.reported,
     )
-    call = usage_services.record_call(
-        session_id=session.id,
-        response_id=response.id,
-        user_id=session.created_by_id,
-        agent_name=session.agent.name,
-        usage=usage,
-    )
+    call = usage_services.price_call(response_id=response.id, usage=usage)
+    run.calls.append(call)
+    if not at_block_end(
+        session_id=session.id, key="usage-calls", action=run.store_calls, unit=run.unit
+    ):
+        run.store_calls()
     response.usage = add_to_turn(response.usage, usage, call.cost_nano)
 
     # The turn's row is written once per run of events, with its latest sums.

@@ -15,23 +15,28 @@ It plans in one transaction under one lock (PostgreSQL: a transaction-level advi
 lock; SQLite: the write lock every transaction takes), so two server processes never
 start the same turn or go past a cap. The next free slot goes to the user with the
 fewest slots, then to the one served the longest ago, then to the oldest turn:
-round-robin between users, so one user's 50 turns cannot starve another's one. ``Session.queued_turns`` lists a session's
+round-robin between users, so one user's 50 turns cannot starve another's one. A
+message's common case skips the claim: with nothing waiting and a slot free, its turn is
+stored dispatched (:func:`starts_at_once`). ``Session.queued_turns`` lists a session's
 waiting turns (written with a ``session.queue`` event when that changes); their places
 are computed when read (``sessions.turn_queue``).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from omnigent_site.rawsql import quoted
 from sessions.eventlog import record_event
 from sessions.models import Session, Turn
 from sessions.stream_events import session_queue_event
@@ -237,6 +242,74 @@ def _store_queues(
             session_id=session_id,
             payload=session_queue_event(session_id=session_id, queued_turns=shown),
         )
+
+
+def try_lock() -> bool:
+    """The claims' lock without waiting (PostgreSQL): a caller that holds a session row
+    lock must not wait for it, as a claim holding it may wait for that row. SQLite: the
+    transaction holds the write lock already."""
+    if connection.vendor != "postgresql":
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [SCHEDULER_LOCK_KEY])
+        return bool(cursor.fetchone()[0])
+
+
+def starts_at_once(*, session: Session, runner: Runner, user_id: int | None) -> bool:
+    """A new turn's fast path (a message's common case), in the transaction that stores
+    it with the session row locked: whether :func:`claim` would start it now, decided
+    with one query under the claims' lock (kept to the transaction's end, so the turn,
+    stored dispatched, counts in every later claim). True only when no turn waits at all
+    (so no one is passed over and no stored queue changes), the session's stored queue is
+    empty, and the session holds a slot or its runner and user are under their caps; in
+    any other case (the lock busy included) False: the turn is stored waiting and a
+    claim decides, as before."""
+    if session.queued_turns or not runner.online or session.runner_id != runner.id:
+        return False
+    if not try_lock():
+        return False
+    with connection.cursor() as cursor:
+        cursor.execute(_fast_counts_sql(user_id is None), _fast_counts_params(session, user_id))
+        waiting, on_runner, for_user, holding = cursor.fetchone()
+    if waiting:
+        return False
+    if holding:
+        return True
+    cap = settings.OMNIGENT_MAX_RUNNING_TURNS_PER_USER
+    return on_runner < runner.max_turns and not (cap and for_user >= cap)
+
+
+def _fast_counts_params(session: Session, user_id: int | None) -> list[Any]:
+    open_statuses = [str(status) for status in Turn.OPEN_STATUSES]
+    user = [] if user_id is None else [user_id]
+    return [
+        Turn.Status.QUEUED.value,
+        *open_statuses,
+        session.runner_id,
+        *open_statuses,
+        *user,
+        *open_statuses,
+        session.id,
+    ]
+
+
+@functools.cache
+def _fast_counts_sql(no_user: bool) -> str:
+    """Whether any turn waits; the sessions holding a slot on the runner and of the
+    user; whether the session holds one (``_slots``' counts for one turn)."""
+    turn, sess = quoted(Turn), quoted(Session)
+    status, dispatched = quoted(Turn, "status"), quoted(Turn, "dispatched_at")
+    session_col, user = quoted(Turn, "session"), quoted(Turn, "user_id")
+    held = f"t.{status} IN (%s, %s) AND t.{dispatched} IS NOT NULL"
+    by_user = f"t.{user} IS NULL" if no_user else f"t.{user} = %s"
+    return (
+        f"SELECT EXISTS (SELECT 1 FROM {turn} t WHERE t.{status} = %s AND t.{dispatched} IS NULL), "
+        f"(SELECT COUNT(DISTINCT t.{session_col}) FROM {turn} t JOIN {sess} s "
+        f"ON s.{quoted(Session, 'id')} = t.{session_col} "
+        f"WHERE {held} AND s.{quoted(Session, 'runner')} = %s), "
+        f"(SELECT COUNT(DISTINCT t.{session_col}) FROM {turn} t WHERE {held} AND {by_user}), "
+        f"EXISTS (SELECT 1 FROM {turn} t WHERE {held} AND t.{session_col} = %s)"
+    )
 
 
 def any_waiting() -> bool:

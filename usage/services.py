@@ -15,7 +15,7 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from django.db import connection, transaction
 from django.db.models import Model
 from django.utils import timezone
 
-from omnigent_site.rawsql import insert_rows, quoted
+from omnigent_site.rawsql import quoted
 
 from .models import DailyUsage, LlmCall, MonthlyUsage, Price, SessionUsage
 from .pricing import DEFAULT_PRICES_FILE, PriceCache, Rates, read_price_file
@@ -42,6 +42,8 @@ TOKEN_FIELDS = (
     "reasoning_tokens",
 )
 SUM_FIELDS = (*TOKEN_FIELDS, "llm_calls", "priced_calls", "cost_nano")
+# Calls stored by one statement at most (13 values each, and 3 total rows per day).
+MAX_CALLS_PER_STATEMENT = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,21 @@ def cost_of(usage: CallUsage) -> int | None:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class PricedCall:
+    """A call ready to store: its turn, counts, cost (nano-dollars; None: unpriced) and time."""
+
+    response_id: str
+    usage: CallUsage
+    cost_nano: int | None
+    at: datetime
+
+
+def price_call(*, response_id: str, usage: CallUsage) -> PricedCall:
+    """The call priced now (``clock``), for :func:`record_calls`."""
+    return PricedCall(response_id, usage, cost_of(usage), clock())
+
+
 def record_call(
     *,
     session_id: str,
@@ -94,88 +111,142 @@ def record_call(
     user_id: int | None,
     agent_name: str,
     usage: CallUsage,
-) -> LlmCall:
-    """Store one LLM call, priced now, and add it to the session's and the user's totals.
+) -> int | None:
+    """Store one LLM call, priced now, and add it to the session's and the user's
+    totals; returns its cost (nano-dollars, None when unpriced).
 
     Call it inside the transaction that stores the call's runner event. A call that
     reported nothing counts as a call and adds no tokens and no cost.
     """
-    at = clock()
-    cost = cost_of(usage)
-    call = LlmCall(
-        session_id=session_id,
-        response_id=response_id,
-        user_id=user_id or 0,
-        agent_name=agent_name,
-        model=usage.model,
-        reported=usage.reported,
-        cost_nano=cost,
-        created_at=at,
-        **{name: getattr(usage, name) if usage.reported else 0 for name in TOKEN_FIELDS},
-    )
-    day = at.astimezone(UTC).date() if timezone.is_aware(at) else at.date()
-    sums = [getattr(call, name) for name in TOKEN_FIELDS]
-    sums += [1, 0 if cost is None else 1, cost or 0]
-    params = [
-        [session_id, day, usage.model, user_id or 0, agent_name, *sums],
-        [user_id or 0, day, usage.model, agent_name, *sums],
-        [user_id or 0, day.replace(day=1), usage.model, agent_name, *sums],
+    call = price_call(response_id=response_id, usage=usage)
+    record_calls(session_id=session_id, user_id=user_id, agent_name=agent_name, calls=[call])
+    return call.cost_nano
+
+
+def record_calls(
+    *, session_id: str, user_id: int | None, agent_name: str, calls: Sequence[PricedCall]
+) -> None:
+    """Store a session's priced calls and add them to the totals, in the open transaction.
+
+    The runner's events of one run come here together (``runners.runner_events``): the
+    calls are summed per total row in Python first, so each row gets one ``n = n +
+    excluded.n`` however many calls it takes, and on PostgreSQL the whole run is one
+    statement (the server's CPU per call is mostly the driver's per-statement work,
+    bench/usage.py). Values go to the driver as they are: no model instances.
+    """
+    if len(calls) > MAX_CALLS_PER_STATEMENT:  # SQLite's and the driver's parameter limits
+        for start in range(0, len(calls), MAX_CALLS_PER_STATEMENT):
+            chunk = calls[start : start + MAX_CALLS_PER_STATEMENT]
+            record_calls(session_id=session_id, user_id=user_id, agent_name=agent_name, calls=chunk)
+        return
+    if not calls:
+        return
+    user = user_id or 0
+    adapt = connection.ops.adapt_datetimefield_value
+    call_rows: list[Any] = []
+    by_day: dict[tuple[date, str], list[int]] = {}
+    by_month: dict[tuple[date, str], list[int]] = {}
+    for call in calls:
+        usage, cost, at = call.usage, call.cost_nano, call.at
+        tokens = (
+            [
+                usage.input_tokens,
+                usage.output_tokens,
+                usage.cache_read_input_tokens,
+                usage.cache_creation_input_tokens,
+                usage.reasoning_tokens,
+            ]
+            if usage.reported
+            else [0, 0, 0, 0, 0]
+        )
+        # The order of ``_CALL_COLUMNS``.
+        call_rows += [session_id, call.response_id, user, agent_name, usage.model,
+                      usage.reported, cost, adapt(at), *tokens]  # fmt: skip
+        day = at.astimezone(UTC).date() if timezone.is_aware(at) else at.date()
+        sums = [*tokens, 1, 0 if cost is None else 1, cost or 0]
+        for totals, key in (
+            (by_day, (day, usage.model)),
+            (by_month, (day.replace(day=1), usage.model)),
+        ):
+            found = totals.get(key)
+            if found is None:
+                totals[key] = list(sums)
+            else:
+                for index, value in enumerate(sums):
+                    found[index] += value
+    session_rows: list[list[Any]] = [
+        [session_id, d, m, user, agent_name, *n] for (d, m), n in by_day.items()
     ]
-    if connection.vendor == "postgresql":
-        # One round trip for the four writes: the server's CPU per call is mostly the
-        # driver's per-statement work (bench/usage.py).
-        fields = _call_fields()
-        values = [
-            field.get_db_prep_save(field.pre_save(call, True), connection) for field in fields
-        ]
-        with connection.cursor() as cursor:
-            cursor.execute(_combined_sql(), [*params[0], *params[1], *params[2], *values])
-        call._state.adding = False
-        return call
-    insert_rows(LlmCall, [call])  # its id is not needed: no RETURNING
+    daily_rows: list[list[Any]] = [[user, d, m, agent_name, *n] for (d, m), n in by_day.items()]
+    monthly_rows: list[list[Any]] = [[user, d, m, agent_name, *n] for (d, m), n in by_month.items()]
+    shape = (len(calls), len(by_day), len(by_month))
+    params: list[Any] = [
+        value for rows in (session_rows, daily_rows, monthly_rows) for row in rows for value in row
+    ]
     with connection.cursor() as cursor:
-        for sql, values in zip(_upserts(), params, strict=True):
-            cursor.execute(sql, values)
-    return call
+        if connection.vendor == "postgresql":
+            cursor.execute(_combined_sql(*shape), [*params, *call_rows])
+            return
+        cursor.execute(_insert_calls_sql(len(calls)), call_rows)
+        for sql, rows in zip(
+            _upserts(len(by_day), len(by_month)),
+            (session_rows, daily_rows, monthly_rows),
+            strict=True,
+        ):
+            cursor.execute(sql, [value for row in rows for value in row])
 
 
-def _upserts() -> tuple[str, str, str]:
+# The stored columns of ``LlmCall`` (its id is generated), in the order ``record_calls``
+# gives their values.
+_CALL_COLUMNS = (
+    "session_id", "response_id", "user_id", "agent_name", "model", "reported", "cost_nano",
+    "created_at", *TOKEN_FIELDS,
+)  # fmt: skip
+
+
+@functools.cache
+def _upserts(days: int, months: int) -> tuple[str, str, str]:
     return (
-        _upsert_sql(SessionUsage, ("session_id", "day", "model"), ("user_id", "agent_name")),
-        _upsert_sql(DailyUsage, ("user_id", "day", "model", "agent_name"), ()),
-        _upsert_sql(MonthlyUsage, ("user_id", "month", "model", "agent_name"), ()),
+        _upsert_sql(SessionUsage, ("session_id", "day", "model"), ("user_id", "agent_name"), days),
+        _upsert_sql(DailyUsage, ("user_id", "day", "model", "agent_name"), (), days),
+        _upsert_sql(MonthlyUsage, ("user_id", "month", "model", "agent_name"), (), months),
     )
 
 
-@functools.cache
-def _call_fields() -> tuple[Any, ...]:
-    return tuple(field for field in LlmCall._meta.concrete_fields if field is not LlmCall._meta.pk)
+def _values(columns: int, rows: int) -> str:
+    one = "(" + ", ".join(["%s"] * columns) + ")"
+    return ", ".join([one] * rows)
 
 
 @functools.cache
-def _combined_sql() -> str:
-    """PostgreSQL: the three upserts as data-modifying CTEs of the call's INSERT."""
-    upserts = ", ".join(f"t{n} AS ({sql})" for n, sql in enumerate(_upserts()))
-    columns = ", ".join(quoted(LlmCall, field.name) for field in _call_fields())
-    values = ", ".join(["%s"] * len(_call_fields()))
-    return f"WITH {upserts} INSERT INTO {quoted(LlmCall)} ({columns}) VALUES ({values})"
+def _insert_calls_sql(rows: int) -> str:
+    columns = ", ".join(quoted(LlmCall, name) for name in _CALL_COLUMNS)
+    return f"INSERT INTO {quoted(LlmCall)} ({columns}) VALUES {_values(len(_CALL_COLUMNS), rows)}"
 
 
 @functools.cache
-def _upsert_sql(model: type[Model], keys: Sequence[str], others: Sequence[str]) -> str:
-    """One statement that adds a call to a total row, creating the row if needed; the
-    addition happens in the database (``stored + new``), under its row lock."""
+def _combined_sql(calls: int, days: int, months: int) -> str:
+    """PostgreSQL: the three upserts as data-modifying CTEs of the calls' INSERT."""
+    upserts = ", ".join(f"t{n} AS ({sql})" for n, sql in enumerate(_upserts(days, months)))
+    return f"WITH {upserts} {_insert_calls_sql(calls)}"
+
+
+@functools.cache
+def _upsert_sql(
+    model: type[Model], keys: Sequence[str], others: Sequence[str], rows: int = 1
+) -> str:
+    """One statement that adds to ``rows`` total rows (distinct keys), creating those
+    missing; the addition happens in the database (``stored + new``), under its row lock."""
     table = quoted(model)
     columns = [*keys, *others, *SUM_FIELDS]
     names = ", ".join(quoted(model, name) for name in columns)
-    values = ", ".join(["%s"] * len(columns))
     conflict = ", ".join(quoted(model, name) for name in keys)
     sets = ", ".join(
         f"{quoted(model, name)} = {table}.{quoted(model, name)} + excluded.{quoted(model, name)}"
         for name in SUM_FIELDS
     )
     return (
-        f"INSERT INTO {table} ({names}) VALUES ({values}) "
+        f"INSERT INTO {table} ({names}) VALUES {_values(len(columns), rows)} "
         f"ON CONFLICT ({conflict}) DO UPDATE SET {sets}"
     )
 

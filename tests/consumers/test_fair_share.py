@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from omnigent_runner import protocol
-from runners import services
+from runners import scheduler, services
 from runners.models import Runner
 from sessions.models import Session, SessionEvent, Turn
 from sessions.services import create_session_from_bundle
@@ -163,6 +163,49 @@ async def test_a_turn_over_the_runners_capacity_waits_with_its_place_then_starts
         [{"response_id": waiting, "position": 1}, {"response_id": behind, "position": 2}],
         [],
     ]
+
+
+async def test_a_free_slot_with_nothing_waiting_starts_the_turn_without_a_claim(
+    stubs: Stubs,
+    runner_token: tuple[Runner, str],
+    alice: Any,
+    bundle: bytes,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The message's fast path (``scheduler.starts_at_once``): stored dispatched in its
+    own transaction, no claim and no queue event; once a turn waits, claims decide."""
+    runner, token = runner_token
+    stub = await stubs.online(token, max_turns=1)
+    first = await bound_session(alice, runner, bundle)
+    second = await bound_session(alice, runner, bundle)
+    claims: list[dict[str, Any]] = []
+    real_claim = scheduler.claim
+
+    def counted(**kwargs: Any) -> list[scheduler.Claimed]:
+        claims.append(kwargs)
+        return real_claim(**kwargs)
+
+    monkeypatch.setattr(scheduler, "claim", counted)
+    running = await started_now(stub, first)
+    follow_up = await started_now(stub, first)  # joins the slot its session holds
+    assert claims == []
+    dispatched = await in_db(
+        lambda: list(Turn.objects.filter(session_id=first.id).values_list("id", "dispatched_at"))
+    )()
+    assert {turn_id for turn_id, at in dispatched if at is not None} == {running, follow_up}
+
+    waiting = await left_waiting(second)  # over the capacity: a claim decides
+    assert len(claims) == 1
+    # A turn waits: even a session holding a slot goes through a claim (which starts it).
+    await started_now(stub, first)
+    assert len(claims) == 2
+    queue_events = await in_db(
+        lambda: list(
+            SessionEvent.objects.filter(type="session.queue").values_list("session_id", flat=True)
+        )
+    )()
+    assert queue_events == [second.id]
+    assert (await snapshot(second))["queued_turns"] == [{"response_id": waiting, "position": 1}]
 
 
 async def test_the_next_free_slot_goes_to_the_user_who_waited_not_the_busy_one(
