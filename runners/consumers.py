@@ -47,6 +47,7 @@ from omnigent_runner.protocol import (
     TunnelCommand,
     TunnelReplaced,
     TunnelReply,
+    TurnStart,
     Welcome,
     decode_channel_message,
     decode_runner_frame,
@@ -119,6 +120,9 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         self.event_backlog: deque[runner_events.ReceivedEvent] = deque()
         # When each backlog event arrived (for ``omnigent_runner_event_lag_seconds``).
         self.event_arrivals: deque[float] = deque()
+        # ``turn.start`` commands the runner acknowledged, marked on their turns by the
+        # event writer's next round (no trip to the database of their own).
+        self.acked_starts: list[tuple[str, str]] = []
         self.counted_connected = False
         self.event_writer: asyncio.Task[None] | None = None
         if stopping().is_set():
@@ -214,6 +218,10 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 # Verdicts given while the tunnel was down (no session.open carries them).
                 for verdict in resume.verdict_commands:
                     await self._forward(verdict, reply_channel=None)
+                # Turns whose turn.start the runner never acknowledged (lost with a
+                # closing tunnel): sent again; a runner that has one ignores the copy.
+                for command in resume.turn_commands:
+                    await self._forward(command, reply_channel=None)
                 continue
             if resume.open_command is None:
                 continue  # could not be opened (logged); its turns were failed
@@ -309,6 +317,9 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             return
         arrived = time.monotonic()
         self.event_arrivals.extend(arrived for _ in range(len(self.event_backlog) - before))
+        self._wake_event_writer()
+
+    def _wake_event_writer(self) -> None:
         if self.event_writer is None or self.event_writer.done():
             self.event_writer = asyncio.create_task(self._write_events())
 
@@ -316,7 +327,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         try:
             # Runs on after the socket closed too, until what arrived is stored
             # (``disconnect`` waits for it); only the acks stop.
-            while self.event_backlog:
+            while self.event_backlog or self.acked_starts:
                 batch = [
                     self.event_backlog.popleft()
                     for _ in range(min(len(self.event_backlog), EVENT_BATCH))
@@ -324,10 +335,12 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 oldest = self.event_arrivals[0] if self.event_arrivals else time.monotonic()
                 for _ in range(min(len(batch), len(self.event_arrivals))):
                     self.event_arrivals.popleft()
+                started, self.acked_starts = self.acked_starts, []
                 acks = await database_sync_to_async(services.record_runner_events)(
-                    runner_id=self.runner_id, events=batch
+                    runner_id=self.runner_id, events=batch, acked_starts=started
                 )
-                metrics.runner_events_stored(oldest_wait_s=time.monotonic() - oldest)
+                if batch:
+                    metrics.runner_events_stored(oldest_wait_s=time.monotonic() - oldest)
                 await self._acknowledge(acks)
         except Exception as exc:
             # Nothing unacknowledged is lost: the runner resends it after reconnecting.
@@ -389,6 +402,13 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             )
             status = frame.status if isinstance(frame, RpcResult) else None
             reply = TunnelReply(ok=False, error=error, status=status)
+        if reply.ok and type(command) is TurnStart:
+            # Marked by the event writer's next round, with the events that follow (the
+            # turn's ``response.created``, which marks it anyway, or the running turn's),
+            # or when the tunnel closes: no trip to the database on the relay's path. A
+            # mark lost with the process only costs the runner a copy of the command,
+            # which it ignores.
+            self.acked_starts.append((command.session_id, command.response_id))
         if reply.ok and type(command) is SessionOpen:
             await database_sync_to_async(runner_events.mark_session_opened)(
                 session_id=command.session_id, generation=self.generation
@@ -485,6 +505,8 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             metrics.runner_disconnected()
         for task in self.tasks:
             task.cancel()
+        if self.acked_starts:
+            self._wake_event_writer()  # no event came after them to carry them
         await self._finish_event_writer()
         await self._fail_pending()
         if not self.generation:
