@@ -210,6 +210,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         metrics.runner_connected()
         self.counted_connected = True
         opened: set[str] = set()
+        unacked = 0
         for resume in resumes:
             if resume.session_id in open_ids:
                 await database_sync_to_async(runner_events.mark_session_opened)(
@@ -222,6 +223,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 # closing tunnel): sent again; a runner that has one ignores the copy.
                 for command in resume.turn_commands:
                     await self._forward(command, reply_channel=None)
+                unacked += len(resume.turn_commands)
                 continue
             if resume.open_command is None:
                 continue  # could not be opened (logged); its turns were failed
@@ -229,6 +231,10 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             opened.add(resume.session_id)
             for command in resume.turn_commands:
                 await self._forward(command, reply_channel=None)
+        if unacked:
+            log.info(
+                "runner %s: sent again %d turn.start it never acknowledged", self.runner_id, unacked
+            )
         # Turns that waited for this runner (a server restart keeps them) start now, in
         # the slots the ones resumed above left.
         await database_sync_to_async(runner_events.start_waiting_turns)(opened=opened)
