@@ -352,7 +352,7 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
     did read it acknowledges the copy and ignores it (same ``response_id``).
     """
     resumes: list[SessionResume] = []
-    unacked = _unacked_starts(open_sessions=open_sessions)
+    unacked = _unacked_starts(runner_id=runner_id, open_sessions=open_sessions)
     for session in Session.objects.filter(runner_id=runner_id).select_related("agent"):
         if session.id in open_sessions:
             verdicts = [
@@ -398,21 +398,23 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
     return resumes
 
 
-def _unacked_starts(*, open_sessions: set[str]) -> dict[str, list[Turn]]:
+def _unacked_starts(*, runner_id: str, open_sessions: set[str]) -> dict[str, list[Turn]]:
     """The open turns that held a slot but whose ``turn.start`` the runner never
     acknowledged, of the sessions the runner reports open, oldest first: one query
-    for all of them (none when it reports none)."""
+    for all of them (none when it reports none). Selected by the runner's id, not by
+    the reported ids, so a runner holding thousands of sessions never meets a limit on
+    a query's parameters."""
     if not open_sessions:
         return {}
     found: dict[str, list[Turn]] = {}
-    # Sessions bound elsewhere are left out by the caller's loop.
     for turn in Turn.objects.filter(
-        session_id__in=open_sessions,
+        session__runner_id=runner_id,
         status__in=Turn.OPEN_STATUSES,
         dispatched_at__isnull=False,
         start_acked_at__isnull=True,
     ).order_by("created_at", "id"):
-        found.setdefault(turn.session_id, []).append(turn)
+        if turn.session_id in open_sessions:
+            found.setdefault(turn.session_id, []).append(turn)
     return found
 
 
