@@ -486,12 +486,21 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         """This process is stopping: the commands waiting on this tunnel fail at once
         (their callers wait for the runner on its next tunnel and send them there), and
         the tunnel closes with 4005 so the runner reconnects to another process now,
-        not when the connections are cut after the drain."""
+        not when the connections are cut after the drain. Then the ``turn.start`` acks
+        it holds are marked at once (``disconnect`` comes only after the drain), so the
+        runner's next ``hello`` is not sent those turns again."""
         if self.closing:
             return
         self.closing = True
         await self._fail_pending()
         await self.close(code=CLOSE_SERVER_STOPPING)
+        started, self.acked_starts = self.acked_starts, []
+        if started:
+            try:
+                await database_sync_to_async(runner_events.mark_starts_acked)(starts=started)
+            except Exception:
+                # Only costs the runner copies of those commands, which it ignores.
+                log.warning("tunnel %s: could not mark acknowledged turn.starts", self.runner_id)
 
     async def _fail_pending(self) -> None:
         pending, self.pending = self.pending, {}

@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from omnigent_runner import protocol
-from runners import runner_events, services
+from runners import consumers, runner_events, services
 from runners.models import Runner
 from sessions.models import Session, SessionEvent, Turn
 from sessions.services import create_session_from_bundle
@@ -347,3 +347,25 @@ async def test_an_acknowledged_turn_start_is_not_sent_again_to_a_runner_holding_
         [(first.id, running), (first.id, behind), (second.id, unanswered)]
     )
     assert starts.index((first.id, running)) < starts.index((first.id, behind))
+
+
+async def test_a_stopping_process_marks_the_acks_it_holds_before_the_runner_is_back(
+    stubs: Stubs, runner_token: tuple[Runner, str], alice: Any, bundle: bytes
+) -> None:
+    """A process told to stop closes its tunnels with 4005, and marks the ``turn.start``
+    acks no event carried yet then, not after its drain: the runner's next tunnel (on
+    another process) is not sent those turns again."""
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    session = await bound_session(alice, runner, bundle)
+    running = await started_now(stub, session)
+    assert await acked_at(session, running) is None  # no event carried it yet
+
+    await consumers.close_tunnels_for_restart()
+    closed = await stub.comm.receive_output(timeout=FRAME_TIMEOUT)
+    assert closed == {"type": "websocket.close", "code": 4005}, closed
+    assert await acked_at(session, running) is not None
+
+    again = await stubs.online(token, open_sessions=[session.id])
+    await again.nothing_pending()
+    await stub.drop()
