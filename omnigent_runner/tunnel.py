@@ -348,6 +348,11 @@ class RunnerTunnel:
             logger.warning("server closed the tunnel: it missed our heartbeats (4003)")
         elif code == CLOSE_SERVER_STOPPING:
             logger.info("the server process is stopping (4005); reconnecting to another")
+            # Not a failure: another process takes the tunnel. A proxy may hand the next
+            # dial to the stopping process again (a kept-alive upstream connection), which
+            # closes it before the welcome; the delay stays at the first step instead of
+            # doubling each time, so the runner is back within the rolling restart's 2 s.
+            self._attempt = 0
         else:
             logger.warning("tunnel closed (%s)", exc)
 

@@ -47,6 +47,7 @@ from omnigent_runner.protocol import (
     TunnelCommand,
     TunnelReplaced,
     TunnelReply,
+    TurnStart,
     Welcome,
     decode_channel_message,
     decode_runner_frame,
@@ -119,6 +120,9 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         self.event_backlog: deque[runner_events.ReceivedEvent] = deque()
         # When each backlog event arrived (for ``omnigent_runner_event_lag_seconds``).
         self.event_arrivals: deque[float] = deque()
+        # ``turn.start`` commands the runner acknowledged, marked on their turns by the
+        # event writer's next round (no trip to the database of their own).
+        self.acked_starts: list[tuple[str, str]] = []
         self.counted_connected = False
         self.event_writer: asyncio.Task[None] | None = None
         if stopping().is_set():
@@ -206,6 +210,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         metrics.runner_connected()
         self.counted_connected = True
         opened: set[str] = set()
+        unacked = 0
         for resume in resumes:
             if resume.session_id in open_ids:
                 await database_sync_to_async(runner_events.mark_session_opened)(
@@ -214,6 +219,11 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 # Verdicts given while the tunnel was down (no session.open carries them).
                 for verdict in resume.verdict_commands:
                     await self._forward(verdict, reply_channel=None)
+                # Turns whose turn.start the runner never acknowledged (lost with a
+                # closing tunnel): sent again; a runner that has one ignores the copy.
+                for command in resume.turn_commands:
+                    await self._forward(command, reply_channel=None)
+                unacked += len(resume.turn_commands)
                 continue
             if resume.open_command is None:
                 continue  # could not be opened (logged); its turns were failed
@@ -221,6 +231,10 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             opened.add(resume.session_id)
             for command in resume.turn_commands:
                 await self._forward(command, reply_channel=None)
+        if unacked:
+            log.info(
+                "runner %s: sent again %d turn.start it never acknowledged", self.runner_id, unacked
+            )
         # Turns that waited for this runner (a server restart keeps them) start now, in
         # the slots the ones resumed above left.
         await database_sync_to_async(runner_events.start_waiting_turns)(opened=opened)
@@ -309,6 +323,9 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             return
         arrived = time.monotonic()
         self.event_arrivals.extend(arrived for _ in range(len(self.event_backlog) - before))
+        self._wake_event_writer()
+
+    def _wake_event_writer(self) -> None:
         if self.event_writer is None or self.event_writer.done():
             self.event_writer = asyncio.create_task(self._write_events())
 
@@ -316,7 +333,7 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         try:
             # Runs on after the socket closed too, until what arrived is stored
             # (``disconnect`` waits for it); only the acks stop.
-            while self.event_backlog:
+            while self.event_backlog or self.acked_starts:
                 batch = [
                     self.event_backlog.popleft()
                     for _ in range(min(len(self.event_backlog), EVENT_BATCH))
@@ -324,10 +341,12 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 oldest = self.event_arrivals[0] if self.event_arrivals else time.monotonic()
                 for _ in range(min(len(batch), len(self.event_arrivals))):
                     self.event_arrivals.popleft()
+                started, self.acked_starts = self.acked_starts, []
                 acks = await database_sync_to_async(services.record_runner_events)(
-                    runner_id=self.runner_id, events=batch
+                    runner_id=self.runner_id, events=batch, acked_starts=started
                 )
-                metrics.runner_events_stored(oldest_wait_s=time.monotonic() - oldest)
+                if batch:
+                    metrics.runner_events_stored(oldest_wait_s=time.monotonic() - oldest)
                 await self._acknowledge(acks)
         except Exception as exc:
             # Nothing unacknowledged is lost: the runner resends it after reconnecting.
@@ -389,6 +408,13 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             )
             status = frame.status if isinstance(frame, RpcResult) else None
             reply = TunnelReply(ok=False, error=error, status=status)
+        if reply.ok and type(command) is TurnStart:
+            # Marked by the event writer's next round, with the events that follow (the
+            # turn's ``response.created``, which marks it anyway, or the running turn's),
+            # or when the tunnel closes: no trip to the database on the relay's path. A
+            # mark lost with the process only costs the runner a copy of the command,
+            # which it ignores.
+            self.acked_starts.append((command.session_id, command.response_id))
         if reply.ok and type(command) is SessionOpen:
             await database_sync_to_async(runner_events.mark_session_opened)(
                 session_id=command.session_id, generation=self.generation
@@ -460,12 +486,21 @@ class TunnelConsumer(AsyncWebsocketConsumer):
         """This process is stopping: the commands waiting on this tunnel fail at once
         (their callers wait for the runner on its next tunnel and send them there), and
         the tunnel closes with 4005 so the runner reconnects to another process now,
-        not when the connections are cut after the drain."""
+        not when the connections are cut after the drain. Then the ``turn.start`` acks
+        it holds are marked at once (``disconnect`` comes only after the drain), so the
+        runner's next ``hello`` is not sent those turns again."""
         if self.closing:
             return
         self.closing = True
         await self._fail_pending()
         await self.close(code=CLOSE_SERVER_STOPPING)
+        started, self.acked_starts = self.acked_starts, []
+        if started:
+            try:
+                await database_sync_to_async(runner_events.mark_starts_acked)(starts=started)
+            except Exception:
+                # Only costs the runner copies of those commands, which it ignores.
+                log.warning("tunnel %s: could not mark acknowledged turn.starts", self.runner_id)
 
     async def _fail_pending(self) -> None:
         pending, self.pending = self.pending, {}
@@ -485,6 +520,8 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             metrics.runner_disconnected()
         for task in self.tasks:
             task.cancel()
+        if self.acked_starts:
+            self._wake_event_writer()  # no event came after them to carry them
         await self._finish_event_writer()
         await self._fail_pending()
         if not self.generation:

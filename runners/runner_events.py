@@ -17,6 +17,7 @@ from typing import Any, TypeAlias
 
 from asgiref.sync import async_to_sync
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from omnigent_runner import protocol
@@ -302,6 +303,7 @@ def _store_message(
         tools=tools,
         user_id=user_id,
         dispatched_at=timezone.now() if at_once else None,
+        start_acked_at=None,
     )
     insert_row(response)
     item = Item(
@@ -365,6 +367,22 @@ def fail_open_turns(*, session_id: str, code: str, message: str) -> None:
 
 def mark_session_opened(*, session_id: str, generation: int) -> None:
     Session.objects.filter(pk=session_id).update(runner_generation_opened=generation)
+
+
+def mark_starts_acked(*, starts: Collection[tuple[str, str]]) -> int:
+    """Record that the runner acknowledged the ``turn.start`` of each ``(session_id,
+    response_id)``: one UPDATE for all of them. A turn without this mark is sent its
+    ``turn.start`` again on the runner's next tunnel (``services.sessions_to_resume``),
+    so a command lost with a closing tunnel is not lost for good. Returns the rows
+    changed (a mark already there, or a turn gone, changes none)."""
+    if not starts:
+        return 0
+    named = Q()
+    for session_id, response_id in starts:
+        named |= Q(session_id=session_id, id=response_id)
+    return Turn.objects.filter(named, start_acked_at__isnull=True).update(
+        start_acked_at=timezone.now()
+    )
 
 
 # --- the consumer: runner events ------------------------------------------------------
@@ -550,7 +568,13 @@ def _apply_response_created(run: _Run, event: protocol.ResponseCreated) -> None:
     output: list[dict[str, Any]] | None = None
     if response.status == Turn.Status.QUEUED:
         response.status = Turn.Status.IN_PROGRESS
-        update_row(response, ["status"])
+        # A turn that runs was handed over: its ``turn.start`` needs no resend, even
+        # if its ``ack`` is lost with the tunnel (``mark_starts_acked``).
+        fields = ["status"]
+        if response.start_acked_at is None:
+            response.start_acked_at = timezone.now()
+            fields.append("start_acked_at")
+        update_row(response, fields)
         agent = run.session.agent.name
         transaction.on_commit(lambda: metrics.turn_started(agent=agent))
         output = []  # nothing of a turn that only now starts (its input is not output)

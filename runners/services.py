@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -25,6 +25,7 @@ from omnigent_runner.config import DEFAULT_MAX_TURNS
 from omnigent_runner.identity import derive_runner_id, new_binding_token
 from omnigent_runner.protocol import (
     ApprovalVerdict,
+    ResponseCreated,
     SessionClose,
     SessionOpen,
     TunnelRevoked,
@@ -343,16 +344,28 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
     """For ``welcome``: every bound session, and what to re-send for those the runner lacks.
 
     A runner that restarted holds no sessions: it gets ``session.open`` with the
-    stored history and ``turn.start`` again for every open turn that held a slot.
+    stored history and ``turn.start`` again for every open turn that held a slot. A
+    session the runner still holds gets ``turn.start`` again only for the open turns
+    whose ``turn.start`` it never acknowledged (``Turn.start_acked_at``): that command
+    may have gone to a tunnel that closed before the runner read it (a server process
+    stopping), or to the old tunnel's channel after this one replaced it. A runner that
+    did read it acknowledges the copy and ignores it (same ``response_id``).
     """
     resumes: list[SessionResume] = []
+    unacked = _unacked_starts(runner_id=runner_id, open_sessions=open_sessions)
     for session in Session.objects.filter(runner_id=runner_id).select_related("agent"):
         if session.id in open_sessions:
             verdicts = [
                 verdict_command(approval)
                 for approval in approvals.unacked_verdicts(session_id=session.id)
             ]
-            resumes.append(SessionResume(session.id, session.last_runner_seq, None, [], verdicts))
+            again = [
+                runner_events.turn_start_command(response=turn)
+                for turn in unacked.get(session.id, [])
+            ]
+            resumes.append(
+                SessionResume(session.id, session.last_runner_seq, None, again, verdicts)
+            )
             continue
         # Only the turns that held a slot: those still waiting start when the
         # scheduler gives them one (``runner_events.start_waiting_turns``).
@@ -385,10 +398,38 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
     return resumes
 
 
+def _unacked_starts(*, runner_id: str, open_sessions: set[str]) -> dict[str, list[Turn]]:
+    """The open turns that held a slot but whose ``turn.start`` the runner never
+    acknowledged, of the sessions the runner reports open, oldest first: one query
+    for all of them (none when it reports none). Selected by the runner's id, not by
+    the reported ids, so a runner holding thousands of sessions never meets a limit on
+    a query's parameters."""
+    if not open_sessions:
+        return {}
+    found: dict[str, list[Turn]] = {}
+    for turn in Turn.objects.filter(
+        session__runner_id=runner_id,
+        status__in=Turn.OPEN_STATUSES,
+        dispatched_at__isnull=False,
+        start_acked_at__isnull=True,
+    ).order_by("created_at", "id"):
+        if turn.session_id in open_sessions:
+            found.setdefault(turn.session_id, []).append(turn)
+    return found
+
+
 def record_runner_events(
-    *, runner_id: str, events: Sequence[runner_events.ReceivedEvent]
+    *,
+    runner_id: str,
+    events: Sequence[runner_events.ReceivedEvent],
+    acked_starts: Collection[tuple[str, str]] = (),
 ) -> dict[str, int]:
     """Store runner events, each once; returns the cumulative seq to acknowledge per session.
+
+    ``acked_starts``: the ``(session_id, response_id)`` of the ``turn.start`` commands
+    the runner acknowledged since the last call, marked in the same trip to the
+    database (``runner_events.mark_starts_acked``); a turn whose ``response.created``
+    is among ``events`` is marked by that event's own write instead.
 
     Each session's events in the batch are stored in one transaction, in arrival
     order (``runner_events.record``); watchers get what the batch produced together.
@@ -399,7 +440,15 @@ def record_runner_events(
     fanned out about twice as late (``docs/performance-history.md``, stage 3).
     """
     with publishing_together() as unit:
-        return _record_runs(runner_id=runner_id, events=events, unit=unit)
+        acks = _record_runs(runner_id=runner_id, events=events, unit=unit)
+    if acked_starts:
+        created = {
+            (session_id, event.response_id)
+            for session_id, _seq, event in events
+            if type(event) is ResponseCreated
+        }
+        runner_events.mark_starts_acked(starts=set(acked_starts) - created)
+    return acks
 
 
 def _record_runs(

@@ -282,8 +282,10 @@ class TurnAdmin(TouchesSessionAdmin):
     list_filter = ["status"]
     search_fields = ["id", "session__id"]
     raw_id_fields = ["session"]
-    # The scheduler's facts (fair share): who the turn counts for, when it got its slot.
-    readonly_fields = ["user", "dispatched_at"]
+    # The scheduler's facts (fair share): who the turn counts for, when it got its slot,
+    # and when the runner acknowledged its ``turn.start`` (unset: sent again on its
+    # next tunnel).
+    readonly_fields = ["user", "dispatched_at", "start_acked_at"]
 
 
 @admin.register(Item)

@@ -164,6 +164,12 @@ class Turn(models.Model):
     # waits in the server's queue (``runners.scheduler``). A message's turn is stored
     # with None; any other turn (a fork's copy, a row made by hand) counts as sent.
     dispatched_at = models.DateTimeField(null=True, blank=True, default=timezone.now)
+    # When the runner acknowledged the turn's ``turn.start``. A dispatched turn without
+    # it may have lost its ``turn.start`` with a closing tunnel (a server process
+    # stopping): the runner's next tunnel is sent it again (``runners.services``). Like
+    # ``dispatched_at``, a message's turn is stored with None and any other row counts
+    # as acknowledged.
+    start_acked_at = models.DateTimeField(null=True, blank=True, default=timezone.now)
     # Its LLM calls' sums (usage.shapes.add_to_turn), null before the first (docs/usage.md).
     usage = models.JSONField(null=True, blank=True)
 

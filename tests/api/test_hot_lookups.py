@@ -457,8 +457,10 @@ def test_insert_row_stores_what_create_stores(
     mine, theirs = field_values(Turn.objects.get(pk=turn.pk)), field_values(reference)
     assert mine["created_at"] >= before and timezone.is_aware(mine["created_at"])
     assert mine["created_at"] == turn.created_at  # auto_now_add, on the instance too
-    different = {"seq", "id", "created_at", "dispatched_at"}  # the time of each default
-    assert mine["dispatched_at"] >= before and timezone.is_aware(mine["dispatched_at"])
+    # The time of each default.
+    different = {"seq", "id", "created_at", "dispatched_at", "start_acked_at"}
+    for name in ("dispatched_at", "start_acked_at"):
+        assert mine[name] >= before and timezone.is_aware(mine[name])
     assert {k: v for k, v in mine.items() if k not in different} == {
         k: v for k, v in theirs.items() if k not in different
     }

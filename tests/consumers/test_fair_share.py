@@ -9,9 +9,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from omnigent_runner import protocol
-from runners import scheduler, services
+from runners import consumers, runner_events, scheduler, services
 from runners.models import Runner
 from sessions.models import Session, SessionEvent, Turn
 from sessions.services import create_session_from_bundle
@@ -302,3 +303,112 @@ async def test_a_waiting_turn_moved_to_a_free_runner_starts_there(
     begun = await free.expect("turn.start")
     assert (begun["session_id"], begun["response_id"]) == (second.id, waiting)
     assert (await snapshot(second))["queued_turns"] == []
+
+
+def dispatched_turn(session: Session) -> str:
+    """A message's turn given a slot (its ``turn.start`` sent), not acknowledged."""
+    _item, turn = runner_events.accept_message(
+        session_id=session.id, created_by=ALICE, data=MESSAGE["data"], tools=[]
+    )
+    Turn.objects.filter(pk=turn.pk).update(dispatched_at=timezone.now())
+    return turn.id
+
+
+async def acked_at(session: Session, response_id: str) -> Any:
+    turn = await in_db(Turn.objects.get)(session_id=session.id, id=response_id)
+    return turn.start_acked_at
+
+
+async def test_a_turn_start_lost_with_a_closing_tunnel_is_sent_again_on_the_next(
+    stubs: Stubs, runner_token: tuple[Runner, str], alice: Any, bundle: bytes
+) -> None:
+    """A turn given a slot is sent without waiting for its answer; when the tunnel it
+    went to closes before the runner read it (a server process stopping), the runner's
+    next tunnel gets it again, also for a session the runner still holds open. Once
+    acknowledged, it is not sent again."""
+    runner, token = runner_token
+    stub = await stubs.online(token, max_turns=1)
+    first, second = [await bound_session(alice, runner, bundle) for _ in range(2)]
+    running = await started_now(stub, first)
+    waiting = await left_waiting(second)
+    # The first turn ends: the slot goes to the waiting turn, whose turn.start the
+    # runner never reads (its tunnel drops first).
+    events = RunnerEvents(stub)
+    await events.send(first.id, protocol.ResponseCreated(response_id=running))
+    await events.send(first.id, protocol.ResponseCompleted(response_id=running))
+    lost = await next_command(stub, "turn.start")
+    assert lost["response_id"] == waiting
+    await stub.drop()
+    assert await acked_at(second, waiting) is None
+
+    stub = await stubs.online(token, max_turns=1, open_sessions=[first.id, second.id])
+    again = await next_command(stub, "turn.start")
+    assert (again["session_id"], again["response_id"]) == (second.id, waiting)
+    assert again["input"] == lost["input"]
+    await stub.ack(again)
+    await stub.nothing_pending()  # the ended turn is not sent again
+    await stub.drop()  # the acknowledgement is recorded by the time the tunnel is gone
+    assert await acked_at(second, waiting) is not None
+
+    stub = await stubs.online(token, max_turns=1, open_sessions=[first.id, second.id])
+    await stub.nothing_pending()
+
+
+async def test_an_acknowledged_turn_start_is_not_sent_again_to_a_runner_holding_it(
+    stubs: Stubs, runner_token: tuple[Runner, str], alice: Any, bundle: bytes
+) -> None:
+    """Turns the runner acknowledged (one queued behind another in its session) or
+    started (``response.created`` stored, its ack lost with the tunnel) are not sent
+    again when it comes back holding their sessions; a runner that comes back without
+    them (restarted) is sent them all."""
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    first, second = [await bound_session(alice, runner, bundle) for _ in range(2)]
+    running = await started_now(stub, first)
+    behind = await started_now(stub, first)  # joins the slot: queued on the runner
+    # A turn handed over whose ack never came, but whose start the runner reported.
+    unanswered = await in_db(dispatched_turn)(second)
+    events = RunnerEvents(stub)
+    await events.send(second.id, protocol.ResponseCreated(response_id=unanswered))
+    assert (await stub.recv())["type"] == "event.ack"
+    await stub.drop()
+    assert await acked_at(first, behind) is not None
+    turn = await in_db(Turn.objects.get)(session_id=second.id, id=unanswered)
+    assert turn.status == Turn.Status.IN_PROGRESS and turn.start_acked_at is not None
+
+    stub = await stubs.online(token, open_sessions=[first.id, second.id])
+    await stub.nothing_pending()
+    await stub.drop()
+
+    stub = await stubs.online(token)  # restarted: holds nothing
+    sent = [await stub.recv() for _ in range(5)]  # each session's open, then its turns
+    assert sorted(frame["type"] for frame in sent) == ["session.open"] * 2 + ["turn.start"] * 3
+    starts = [
+        (frame["session_id"], frame["response_id"]) for frame in sent if "response_id" in frame
+    ]
+    assert sorted(starts) == sorted(
+        [(first.id, running), (first.id, behind), (second.id, unanswered)]
+    )
+    assert starts.index((first.id, running)) < starts.index((first.id, behind))
+
+
+async def test_a_stopping_process_marks_the_acks_it_holds_before_the_runner_is_back(
+    stubs: Stubs, runner_token: tuple[Runner, str], alice: Any, bundle: bytes
+) -> None:
+    """A process told to stop closes its tunnels with 4005, and marks the ``turn.start``
+    acks no event carried yet then, not after its drain: the runner's next tunnel (on
+    another process) is not sent those turns again."""
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    session = await bound_session(alice, runner, bundle)
+    running = await started_now(stub, session)
+    assert await acked_at(session, running) is None  # no event carried it yet
+
+    await consumers.close_tunnels_for_restart()
+    closed = await stub.comm.receive_output(timeout=FRAME_TIMEOUT)
+    assert closed == {"type": "websocket.close", "code": 4005}, closed
+    assert await acked_at(session, running) is not None
+
+    again = await stubs.online(token, open_sessions=[session.id])
+    await again.nothing_pending()
+    await stub.drop()

@@ -9,6 +9,15 @@ read timeouts are 4 s (the tunnel and stream locations included) instead of 120 
 6 s; the idle period (8 s) outlasts every one of them, as an idle of minutes outlasts
 the shipped ones. And nginx passes the identity header on (``identity_header=""``), as
 a deployment's authenticating layer would set it.
+
+The rolling restart (operations.md), with nginx's shipped read timeout: the three
+processes are restarted one at a time (SIGTERM, then a new process on the same address)
+while 20 sessions run turns back to back on a runner that runs 8 at once (the others
+wait for a slot, and the scheduler sends their ``turn.start`` without waiting for the
+answer), and a client per session follows its stream, reconnecting with
+``Last-Event-ID`` whenever a restart ends it. No turn fails, every message is accepted,
+and each client holds every event of its session once, in order, with no gap, and each
+turn's end once.
 """
 
 from __future__ import annotations
@@ -16,6 +25,8 @@ from __future__ import annotations
 import contextlib
 import re
 import secrets
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -37,10 +48,12 @@ from testing.processes import (
     is_final_idle,
     migrate,
     register_runner,
+    restart_on_same_port,
     send_message,
     start_runner,
     start_server,
     wait_turn,
+    wait_until,
 )
 from tests.conftest import IN_CI
 
@@ -95,8 +108,8 @@ def deployment(
             prefix=tmp_path / "nginx",
             log_dir=tmp_path,
             identity_header="",
-            read_timeout_s=NGINX_TIMEOUT_S,
-            long_read_timeout_s=NGINX_TIMEOUT_S,
+            read_timeout_s=getattr(request, "param", NGINX_TIMEOUT_S),
+            long_read_timeout_s=getattr(request, "param", NGINX_TIMEOUT_S),
         )
         stack.callback(proxy.stop)
         stack.callback(drop_redis_keys, prefix)
@@ -127,6 +140,8 @@ def runner_behind(
         runner_id=runner_id,
         workspace=workspace,
         log_dir=tmp_path,
+        # The default capacity (8 turns at once): most of the rolling restart's turns wait
+        # for a slot and are started by the scheduler, fire and forget.
         extra_env={"OPENAI_BASE_URL": mock_llm.base_url, "OPENAI_API_KEY": "test-key"},
     )
     assert runner.process is not None
@@ -209,3 +224,142 @@ def test_turns_streams_uploads_and_an_idle_tunnel_through_nginx(
     # nginx logged each request with its id.
     access = (deployment.proxy.prefix / "access.log").read_text()
     assert second.headers["x-request-id"] in access
+
+
+ROLLING_SESSIONS = 20
+ENDS = ("response.completed", "response.failed", "response.cancelled")
+
+
+class FollowedStream:
+    """A client following one session's stream the way a browser's EventSource does:
+    when the stream ends (a server process shutting down ends it with ``[DONE]``, or
+    the connection drops) it reconnects with the last event id it holds."""
+
+    def __init__(self, front: Server, session_id: str) -> None:
+        self.front = front
+        self.session_id = session_id
+        self.events: list[tuple[int, str, dict]] = []
+        self.reconnects = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+        self._thread.start()
+
+    def _follow(self) -> None:
+        while not self._stop.is_set():
+            last = self.events[-1][0] if self.events else None
+            reader = StreamReader(self.front, self.session_id, last_event_id=last)
+            while not reader._finished.wait(0.2):
+                self._take(reader)
+                if self._stop.is_set():
+                    return
+            self._take(reader)
+            self.reconnects += 1
+
+    def _take(self, reader: StreamReader) -> None:
+        taken = {event_id for event_id, _, _ in self.events}
+        for event in list(reader.events):
+            if (
+                event.id is not None
+                and event.id not in taken
+                and (not self.events or event.id > self.events[-1][0])
+            ):
+                self.events.append((event.id, event.type, event.data))
+                taken.add(event.id)
+
+    def completed(self) -> set[str]:
+        return {
+            data["response"]["id"] for _, kind, data in self.events if kind == "response.completed"
+        }
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
+# nginx's read timeouts as shipped for the API (120 s): a message waits for its runner's
+# acknowledgement, and for the runner to reconnect when its tunnel moved.
+@pytest.mark.parametrize("deployment", [120], indirect=True)
+def test_a_rolling_restart_under_twenty_sessions_loses_nothing(
+    deployment: Deployment,
+    runner_behind: Runner,
+    mock_llm: MockLLMServer,
+    make_bundle: Callable[..., bytes],
+) -> None:
+    front = deployment.front
+    # Every turn streams its answer over about half a second, so restarts land mid-turn.
+    mock_llm.configure(
+        [{"text": "an answer in several words", "stream": True, "delay_s": 0.5}] * 400
+    )
+    sessions = [create_session(front, make_bundle()) for _ in range(ROLLING_SESSIONS)]
+    for session_id in sessions:
+        bind(front, session_id, runner_behind.runner_id)
+    streams = {session_id: FollowedStream(front, session_id) for session_id in sessions}
+    sent: dict[str, list[str]] = {session_id: [] for session_id in sessions}
+    outcomes: list[tuple[str, str, str]] = []  # (session, response, status or error)
+    done = threading.Event()
+
+    def run_turns(session_id: str) -> None:
+        number = 0
+        while not done.is_set():
+            number += 1
+            accepted = send_message(front, session_id, f"turn {number}")
+            if accepted.status_code != 202:
+                outcomes.append((session_id, "", f"{accepted.status_code} {accepted.text}"))
+                return
+            response_id = accepted.json()["response_id"]
+            sent[session_id].append(response_id)
+            try:
+                turn = wait_turn(front, session_id, response_id, deadline_s=120)
+            except TimeoutError as exc:  # a turn left waiting: reported, not swallowed
+                outcomes.append((session_id, response_id, str(exc)))
+                return
+            outcomes.append((session_id, response_id, turn["status"]))
+
+    def turns_done() -> int:
+        return sum(1 for _, _, status in outcomes if status == "completed")
+
+    workers = [threading.Thread(target=run_turns, args=(sid,), daemon=True) for sid in sessions]
+    for worker in workers:
+        worker.start()
+    restarted: list[Server] = []
+    try:
+        wait_until(lambda: turns_done() >= ROLLING_SESSIONS, deadline_s=120, what="first turns")
+        for index, server in enumerate(list(deployment.servers)):
+            before = turns_done()
+            new = restart_on_same_port(
+                server, deployment.log_dir, f"daphne-{index}-restarted", sig=signal.SIGTERM
+            )
+            restarted.append(new)
+            deployment.servers[index] = new
+            # Turns go on after each restart: a full round of them completes.
+            wait_until(
+                lambda before=before: turns_done() >= before + ROLLING_SESSIONS,
+                deadline_s=120,
+                what=f"turns to go on after restarting process {index}",
+            )
+        done.set()
+        for worker in workers:
+            worker.join(timeout=150)
+        assert not any(worker.is_alive() for worker in workers)
+        failed = [outcome for outcome in outcomes if outcome[2] != "completed"]
+        assert failed == [], failed
+        for session_id, stream in streams.items():
+            wait_until(
+                lambda stream=stream, session_id=session_id: (
+                    stream.completed() >= set(sent[session_id])
+                ),
+                deadline_s=60,
+                what=f"the stream of {session_id} to hold every turn's completion",
+            )
+            ids = [event_id for event_id, _, _ in stream.events]
+            assert ids == list(range(ids[0], ids[0] + len(ids))), f"a gap in {session_id}"
+            # Each turn ended once, in the order it was sent: none lost or run twice.
+            ends = [data["response"]["id"] for _, kind, data in stream.events if kind in ENDS]
+            assert ends == sent[session_id], f"turn ends of {session_id}"
+        assert sum(stream.reconnects for stream in streams.values()) >= 1
+    finally:
+        done.set()
+        for stream in streams.values():
+            stream.stop()
+        for server in restarted:
+            server.process.stop()

@@ -23,6 +23,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.http11 import Request, Response
 
 from omnigent_runner import PROTOCOL_VERSION, RUNNER_VERSION
+from omnigent_runner.agent import AgentExecutor
 from omnigent_runner.config import RunnerConfig
 from omnigent_runner.executor import CommandRejected, EventSink
 from omnigent_runner.identity import derive_runner_id
@@ -715,6 +716,87 @@ async def test_replaced_connection_reconnects(
     await round_trip(ws)
     assert not task.done()
     assert "4000" in caplog.text
+
+
+async def test_a_turn_start_sent_again_is_acknowledged_and_runs_once(
+    server: FakeServer, tmp_path: Path
+) -> None:
+    """The server sends a ``turn.start`` again when it has no record of the runner's
+    ack (a tunnel that closed on its way, docs/protocol.md): the real executor behind
+    the tunnel acknowledges every copy, queued, running or finished, and runs the turn
+    once. (Its bundle does not load, so the turn ends at once without a model.)"""
+    config = RunnerConfig(
+        server_url=f"http://127.0.0.1:{server.port}",
+        token=TOKEN,
+        runner_id=RUNNER_ID,
+        workspace=tmp_path,
+    )
+    executor = AgentExecutor(workspace=tmp_path, env={})
+    tunnel = RunnerTunnel(
+        config,
+        executor,
+        workspace_info={"root": str(tmp_path), "vcs": "none"},
+        backoff_initial=0.01,
+        backoff_max=0.05,
+    )
+    task = asyncio.create_task(tunnel.run())
+    try:
+        ws = await server.accept()
+        await handshake(ws)
+        bundle = {"id": "agent_1", "version": 1, "bundle_b64": "anVuaw=="}
+        start = {"type": "turn.start", "session_id": "s1", "response_id": "resp_1", "input": []}
+        await send_frame(
+            ws,
+            {
+                "type": "session.open",
+                "id": "c1",
+                "session_id": "s1",
+                "agent": bundle,
+                "history": [],
+            },
+        )
+        for command_id in ("c2", "c3"):
+            await send_frame(ws, {**start, "id": command_id})
+        acks: list[str] = []
+        events: list[dict[str, Any]] = []
+        while not any(event["type"] == "response.failed" for event in events):
+            frame = await recv_frame(ws)
+            if frame["type"] == "ack":
+                acks.append(frame["id"])
+            elif frame["type"] == "event":
+                events.append(frame["event"])
+        await send_frame(ws, {**start, "id": "c4"})  # once more, after the turn's end
+        await send_frame(ws, {"type": "ping", "ts": 1})
+        while (frame := await recv_frame(ws))["type"] != "pong":
+            if frame["type"] == "ack":
+                acks.append(frame["id"])
+            elif frame["type"] == "event":
+                events.append(frame["event"])
+        assert acks == ["c1", "c2", "c3", "c4"]
+        ran = [event["type"] for event in events if event.get("response_id") == "resp_1"]
+        assert ran.count("response.created") == 1 and ran.count("response.failed") == 1, ran
+    finally:
+        await asyncio.wait_for(tunnel.stop(), DEADLINE)
+        await asyncio.wait_for(task, DEADLINE)
+
+
+async def test_a_server_stopping_again_and_again_is_redialled_at_the_first_backoff_step(
+    server: FakeServer, start_tunnel: StartTunnel
+) -> None:
+    """During a rolling restart a proxy can hand the new tunnel to the stopping process
+    again (a kept-alive upstream connection), which closes it with 4005 before its
+    welcome. Each 4005 means "another process is there": the next dial comes after the
+    first backoff step, not after a delay that doubled with each of them (here 2^12
+    times the first step, far past the deadline)."""
+    _, task = await start_tunnel(backoff_max=600.0)
+    for _ in range(12):
+        ws = await server.accept()
+        assert (await recv_frame(ws))["type"] == "hello"
+        await ws.close(4005, "server stopping")
+    ws = await server.accept()
+    await handshake(ws)
+    await round_trip(ws)
+    assert not task.done()
 
 
 async def test_silent_server_is_abandoned_after_three_heartbeats(
