@@ -15,7 +15,7 @@ import functools
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,15 @@ from django.utils import timezone
 
 from omnigent_site.rawsql import insert_rows, quoted
 
-from .models import DailyUsage, LlmCall, MonthlyUsage, Price, SessionUsage
+from .models import (
+    DailyUsage,
+    LlmCall,
+    MonthlyUsage,
+    Price,
+    SessionUsage,
+    UserBudget,
+    UserBudgetRaise,
+)
 from .pricing import DEFAULT_PRICES_FILE, PriceCache, Rates, read_price_file
 
 log = logging.getLogger(__name__)
@@ -87,6 +95,11 @@ def cost_of(usage: CallUsage) -> int | None:
     )
 
 
+def utc_day(at: datetime) -> date:
+    """The UTC day of a time (a naive time is taken as UTC)."""
+    return at.astimezone(UTC).date() if timezone.is_aware(at) else at.date()
+
+
 def record_call(
     *,
     session_id: str,
@@ -113,7 +126,7 @@ def record_call(
         created_at=at,
         **{name: getattr(usage, name) if usage.reported else 0 for name in TOKEN_FIELDS},
     )
-    day = at.astimezone(UTC).date() if timezone.is_aware(at) else at.date()
+    day = utc_day(at)
     sums = [getattr(call, name) for name in TOKEN_FIELDS]
     sums += [1, 0 if cost is None else 1, cost or 0]
     params = [
@@ -225,3 +238,38 @@ def load_missing_prices_after_migrate(**_kwargs: Any) -> None:
         return
     if created:
         log.info("loaded %d prices from %s", created, price_file())
+
+
+# --- budgets (usage.md, Budgets) ---------------------------------------------------------
+
+
+def set_daily_budget(*, user_id: int, daily_nano: int | None) -> int | None:
+    """Store the user's own daily budget (None removes it: the server default applies);
+    returns the previous one. Call it inside the change's audited transaction."""
+    row = UserBudget.objects.select_for_update().filter(user_id=user_id).first()
+    old = row.daily_nano if row is not None else None
+    if daily_nano is None:
+        if row is not None:
+            row.delete()
+    elif row is None:
+        UserBudget.objects.create(user_id=user_id, daily_nano=daily_nano)
+    else:
+        row.daily_nano = daily_nano
+        row.save(update_fields=["daily_nano", "updated_at"])
+    return old
+
+
+def raise_daily_budget(*, user_id: int, day: date, by_nano: int) -> None:
+    """Add ``by_nano`` to the user's budget for ``day`` only (an accepted budget
+    question): one upsert that adds in the database, so two raises both count."""
+    sql = (
+        f"INSERT INTO {quoted(UserBudgetRaise)} "
+        f"({quoted(UserBudgetRaise, 'user_id')}, {quoted(UserBudgetRaise, 'day')}, "
+        f"{quoted(UserBudgetRaise, 'raised_nano')}) VALUES (%s, %s, %s) "
+        f"ON CONFLICT ({quoted(UserBudgetRaise, 'user_id')}, {quoted(UserBudgetRaise, 'day')}) "
+        f"DO UPDATE SET {quoted(UserBudgetRaise, 'raised_nano')} = "
+        f"{quoted(UserBudgetRaise)}.{quoted(UserBudgetRaise, 'raised_nano')} + "
+        f"excluded.{quoted(UserBudgetRaise, 'raised_nano')}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user_id, day, by_nano])
