@@ -92,9 +92,8 @@ def has_budget(session: Session) -> bool:
         return True
     if usage_selectors.default_daily_budget_nano() is not None:
         return True
-    return bool(session.created_by_id) and (
-        usage_selectors.own_daily_budget_nano(user_id=session.created_by_id) is not None
-    )
+    owner = session.created_by_id
+    return owner is not None and usage_selectors.own_daily_budget_nano(user_id=owner) is not None
 
 
 def seconds_to_next_utc_midnight(now: datetime) -> int:

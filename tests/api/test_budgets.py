@@ -375,3 +375,70 @@ def test_a_turn_failed_budget_exceeded_is_a_webhook_event(create_session) -> Non
     [event] = WebhookEvent.objects.filter(type="budget.exceeded")
     assert (event.data["response_id"], event.data["status"]) == (turn.id, "failed")
     assert event.data["error"]["code"] == "budget_exceeded"
+
+
+# --- on PostgreSQL: the checks read the totals recorded calls leave ------------------------
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(120)
+@pytest.mark.django_db(transaction=True)
+def test_recorded_calls_and_concurrent_raises_reach_the_checks(
+    client_for, create_session, settings
+) -> None:
+    """Calls recorded by ``record_call`` (the upserts) are what the 429 reads; two
+    writers raising one user's day at once lose no raise."""
+    import threading
+
+    from django.db import connection, connections, transaction
+
+    from usage.models import Price
+
+    if connection.vendor != "postgresql":
+        pytest.skip("runs on PostgreSQL (make test-postgres)")
+    settings.OMNIGENT_DAILY_BUDGET_USD = 0.002
+    Price.objects.update_or_create(
+        model="gpt-4o", defaults={"input_per_million": 1, "output_per_million": 0}
+    )
+    usage_services.prices.clear()
+    session_id = create_session()
+    alice = get_or_create_user(ALICE)
+    for _ in range(2):
+        with transaction.atomic():
+            usage_services.record_call(
+                session_id=session_id,
+                response_id="resp_1",
+                user_id=alice.pk,
+                agent_name="file-helper",
+                usage=usage_services.CallUsage(model="gpt-4o", input_tokens=1000),
+            )
+    response = client_for(ALICE).post(f"/v1/sessions/{session_id}/events", MESSAGE, format="json")
+    assert_error(response, 429, "budget_exceeded")
+
+    start = threading.Barrier(4)
+    failures: list[BaseException] = []
+
+    def raise_day() -> None:
+        try:
+            start.wait()
+            for _ in range(10):
+                with transaction.atomic():
+                    usage_services.raise_daily_budget(
+                        user_id=alice.pk, day=EVENING.date(), by_nano=1000
+                    )
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=raise_day) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=100)
+    assert not failures, failures
+    assert UserBudgetRaise.objects.get(user_id=alice.pk).raised_nano == 40 * 1000
+    line = budgets.budgets_for(Session.objects.get(pk=session_id)).user
+    assert line == protocol.BudgetLine(scope="user", limit_nano=2_040_000, spent_nano=2_000_000)
+    again = client_for(ALICE).post(f"/v1/sessions/{session_id}/events", MESSAGE, format="json")
+    assert_error(again, 503, "runner_unavailable")
