@@ -13,6 +13,7 @@ Sending to a runner is the caller's part (``runners.budget_updates``).
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -38,15 +39,28 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# Bundles this server could not read, and when: tried again after a while.
+MISSING_BUNDLE_RETRY_S = 10.0
+_missing_bundles: dict[str, float] = {}
+
+
 def guardrails_of(session: Session) -> Guardrails:
     """The session's bundle guardrails; none when this server cannot see the bundle
     (the runner, which has it, still applies the bundle's own budget)."""
     # Imported here: ``policies`` imports ``approvals``, which imports this module.
     from .policies import bundle_guardrails
 
+    sha = session.agent.bundle_sha256
+    missed = _missing_bundles.get(sha)
+    if missed is not None and time.monotonic() - missed < MISSING_BUNDLE_RETRY_S:
+        return NO_GUARDRAILS
     try:
         return bundle_guardrails(agent=session.agent)
     except BundleMissing:
+        # Not read again for a while: this is asked after every run of recorded calls.
+        if len(_missing_bundles) > 1024:
+            _missing_bundles.clear()
+        _missing_bundles[sha] = time.monotonic()
         return NO_GUARDRAILS
 
 
@@ -86,14 +100,17 @@ def budgets_for(session: Session, *, now: datetime | None = None) -> protocol.Bu
 
 
 def has_budget(session: Session) -> bool:
-    """Whether a runner needs budget updates for this session (cheap when it has none:
-    the bundle's guardrails are cached, the user's budget one indexed read)."""
-    if session_limit_nano(session) is not None:
-        return True
-    if usage_selectors.default_daily_budget_nano() is not None:
+    """Whether a runner needs budget updates for this session. Asked after every run of
+    recorded calls, so it reads nothing for a session without budgets: the bundle's
+    guardrails are cached by hash, the users with a budget of their own per process."""
+    if session.budget_nano is not None or usage_selectors.default_daily_budget_nano() is not None:
         return True
     owner = session.created_by_id
-    return owner is not None and usage_selectors.own_daily_budget_nano(user_id=owner) is not None
+    if owner is not None and owner in usage_selectors.users_with_own_budget():
+        # Confirmed by its row: the process's list may be a few seconds old.
+        if usage_selectors.own_daily_budget_nano(user_id=owner) is not None:
+            return True
+    return guardrails_of(session).budget_nano is not None
 
 
 def seconds_to_next_utc_midnight(now: datetime) -> int:

@@ -67,9 +67,7 @@ class SessionCreateSerializer(StrictSerializer):
     )
 
 
-@extend_schema_field(
-    {"type": "number", "minimum": 0, "maximum": MAX_BUDGET_USD, "nullable": True}
-)
+@extend_schema_field({"type": "number", "minimum": 0, "maximum": MAX_BUDGET_USD, "nullable": True})
 class BudgetUsdField(serializers.Field):
     """A budget in US dollars: a JSON number from 0 to ``MAX_BUDGET_USD`` (a string or
     a boolean is a 400, not coerced), validated as whole nano-dollars."""

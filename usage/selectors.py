@@ -9,6 +9,7 @@ per user, model and agent.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from datetime import date, timedelta
 from typing import Any
@@ -183,6 +184,29 @@ def default_daily_budget_nano() -> int | None:
     """``OMNIGENT_DAILY_BUDGET_USD`` as nano-dollars; None when unset."""
     usd = getattr(settings, "OMNIGENT_DAILY_BUDGET_USD", None)
     return None if usd is None else usd_as_nano(usd)
+
+
+# Users with a budget of their own, as this process last read them: the hot path after
+# each recorded call asks only "might this owner have one?" (``sessions.budgets``).
+BUDGETED_USERS_TTL_S = 10.0
+_budgeted_users: tuple[float, frozenset[int]] | None = None
+
+
+def users_with_own_budget() -> frozenset[int]:
+    """The ids of users with a daily budget of their own: one read per
+    ``BUDGETED_USERS_TTL_S`` per process (a change in this process is seen at once,
+    ``services.set_daily_budget``; one made in another within that time)."""
+    global _budgeted_users
+    now = time.monotonic()
+    if _budgeted_users is None or now - _budgeted_users[0] > BUDGETED_USERS_TTL_S:
+        ids = UserBudget.objects.filter(daily_nano__isnull=False).values_list("user_id", flat=True)
+        _budgeted_users = (now, frozenset(ids))
+    return _budgeted_users[1]
+
+
+def forget_budgeted_users() -> None:
+    global _budgeted_users
+    _budgeted_users = None
 
 
 def own_daily_budget_nano(*, user_id: int) -> int | None:

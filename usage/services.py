@@ -246,6 +246,11 @@ def load_missing_prices_after_migrate(**_kwargs: Any) -> None:
 def set_daily_budget(*, user_id: int, daily_nano: int | None) -> int | None:
     """Store the user's own daily budget (None removes it: the server default applies);
     returns the previous one. Call it inside the change's audited transaction."""
+    # This process's list of users with a budget is read again (now and after the commit).
+    from .selectors import forget_budgeted_users
+
+    forget_budgeted_users()
+    transaction.on_commit(forget_budgeted_users)
     row = UserBudget.objects.select_for_update().filter(user_id=user_id).first()
     old = row.daily_nano if row is not None else None
     if daily_nano is None:

@@ -19,6 +19,7 @@ from omnigent_site.users import get_or_create_user
 from runners import runner_events
 from sessions import approvals, budgets
 from sessions.models import Approval, Item, Session, Turn
+from usage import selectors as usage_selectors
 from usage import services as usage_services
 from usage.models import DailyUsage, UserBudget, UserBudgetRaise
 from webhook_outbox.models import WebhookEvent
@@ -36,8 +37,12 @@ MESSAGE = {"type": "message", "data": {"role": "user", "content": "hi"}}
 
 @pytest.fixture(autouse=True)
 def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A fixed clock; the process's list of users with a budget read afresh (an earlier
+    test's rolled-back rows may be in it)."""
     monkeypatch.setattr(usage_services, "clock", lambda: EVENING)
+    usage_selectors.forget_budgeted_users()
     yield
+    usage_selectors.forget_budgeted_users()
 
 
 @pytest.fixture
@@ -442,3 +447,17 @@ def test_recorded_calls_and_concurrent_raises_reach_the_checks(
     assert line == protocol.BudgetLine(scope="user", limit_nano=2_040_000, spent_nano=2_000_000)
     again = client_for(ALICE).post(f"/v1/sessions/{session_id}/events", MESSAGE, format="json")
     assert_error(again, 503, "runner_unavailable")
+
+
+def test_a_session_without_budgets_costs_no_query_after_a_recorded_call(
+    create_session, client_for, root, django_assert_num_queries
+) -> None:
+    """Asked after every run of recorded calls: nothing is read for a session without
+    any budget once the process knows who has one; a user budget set here is seen."""
+    session = Session.objects.select_related("agent").get(pk=create_session())
+    assert budgets.has_budget(session) is False  # warms the bundle and the users' list
+    with django_assert_num_queries(0):
+        assert budgets.has_budget(session) is False
+    put = client_for(ROOT).put(f"/v1/users/{ALICE}/budget", {"daily_usd": 1}, format="json")
+    assert put.status_code == 200
+    assert budgets.has_budget(session) is True
