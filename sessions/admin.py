@@ -359,6 +359,12 @@ class UserBudgetAdmin(admin.ModelAdmin):
     autocomplete_fields = ["user"]
     readonly_fields = ["updated_at"]
 
+    def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, **kwargs)
+        # Removing the user's own budget is deleting the row (the default applies).
+        form.base_fields["daily_nano"].required = True
+        return form
+
     @admin.display(description="daily budget (USD)", ordering="daily_nano")
     def daily_usd(self, obj: UserBudget) -> str:
         return "default" if obj.daily_nano is None else f"{nano_as_usd(obj.daily_nano):,.2f}"
@@ -367,6 +373,8 @@ class UserBudgetAdmin(admin.ModelAdmin):
         budgets.set_user_budget(
             user=obj.user, actor=cast("AuthUser", request.user), daily_nano=obj.daily_nano
         )
+        # The admin's messages and redirect name the stored row.
+        obj.pk = UserBudget.objects.filter(user=obj.user).values_list("pk", flat=True).first()
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         budgets.set_user_budget(

@@ -461,3 +461,23 @@ def test_a_session_without_budgets_costs_no_query_after_a_recorded_call(
     put = client_for(ROOT).put(f"/v1/users/{ALICE}/budget", {"daily_usd": 1}, format="json")
     assert put.status_code == 200
     assert budgets.has_budget(session) is True
+
+
+def test_the_admin_sets_and_removes_a_users_budget_audited(client, root) -> None:
+    root.is_superuser = True
+    root.save(update_fields=["is_superuser"])
+    client.force_login(root)
+    bob = get_or_create_user(BOB)
+    assert client.get("/admin/usage/userbudget/").status_code == 200
+    added = client.post(
+        "/admin/usage/userbudget/add/", {"user": bob.pk, "daily_nano": 3 * NANO}, follow=True
+    )
+    assert added.status_code == 200
+    assert UserBudget.objects.get(user=bob).daily_nano == 3 * NANO
+    row = UserBudget.objects.get(user=bob)
+    deleted = client.post(f"/admin/usage/userbudget/{row.pk}/delete/", {"post": "yes"})
+    assert deleted.status_code == 302
+    assert not UserBudget.objects.exists()
+    records = budget_records()
+    assert [(r.actor, r.target_id) for r in records] == [(ROOT, BOB), (ROOT, BOB)]
+    assert [r.details["new_daily_usd"] for r in records] == [3.0, None]
