@@ -167,3 +167,27 @@ async def test_an_accepted_budget_question_is_relayed_then_the_raised_budget(
     body_of(await pending, 202)
     stored = await in_db(Session.objects.get)(pk=session.id)
     assert stored.budget_nano == 1_500_000_000
+
+
+async def test_a_budget_patch_reaches_the_running_runner(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
+) -> None:
+    runner, token = runner_token
+    await bind(session, runner)
+    stub = await stubs.online(token, open_sessions=[session.id])
+    pending = start(call("patch", f"/v1/sessions/{session.id}", ALICE, {"budget_usd": 0.75}))
+    update = await stub.expect("policy.update")
+    assert update.get("rules") is None
+    assert update["budgets"]["session"] == {
+        "scope": "session",
+        "limit_nano": 750_000_000,
+        "spent_nano": 0,
+        "on_budget": None,
+    }
+    await stub.ack(update)
+    assert body_of(await pending, 200)["budget_usd"] == 0.75
+    removed = start(call("patch", f"/v1/sessions/{session.id}", ALICE, {"budget_usd": None}))
+    cleared = await stub.expect("policy.update")
+    assert cleared["budgets"] == {"session": None, "user": None}
+    await stub.ack(cleared)
+    body_of(await removed, 200)
