@@ -359,8 +359,10 @@ class UserBudgetAdmin(admin.ModelAdmin):
     autocomplete_fields = ["user"]
     readonly_fields = ["updated_at"]
 
-    def get_form(self, request: HttpRequest, obj: Any = None, **kwargs: Any) -> Any:
-        form = super().get_form(request, obj, **kwargs)
+    def get_form(
+        self, request: HttpRequest, obj: Any | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
         # Removing the user's own budget is deleting the row (the default applies).
         form.base_fields["daily_nano"].required = True
         return form
