@@ -26,9 +26,9 @@ from omnigent_site.async_views import AsyncAPIView, RenderJSONOnLoopMixin
 from omnigent_site.authentication import request_user
 from omnigent_site.renderers import JSONRenderer
 from omnigent_site.schema import error_responses
-from runners import dispatch, services, verdicts
+from runners import budget_updates, dispatch, services, verdicts
 from runners.shapes import EventAcceptedOut
-from sessions import selectors, snapshot_cache
+from sessions import budgets, selectors, snapshot_cache
 from sessions import services as session_services
 from sessions.models import Session
 from sessions.permissions import EDIT, MANAGE, OWNER, READ, SessionAccess, SessionScopedMixin
@@ -54,6 +54,8 @@ class SessionDetailView(SessionScopedMixin, APIView):
                 return OWNER
             if "share_workspace_files" in request.data:
                 return MANAGE  # files.md §2: sharing the workspace is the managers' call
+            if "budget_usd" in request.data:
+                return MANAGE  # usage.md, Budgets
         return super().required_session_level(request)
 
     def browsable_links(self) -> list[tuple[str, str]]:
@@ -176,6 +178,11 @@ class SessionDetailView(SessionScopedMixin, APIView):
                 actor=request_user(request),
                 runner_id=values.pop("runner_id") or "",
             )
+        if "budget_usd" in values:
+            session = budgets.set_session_budget(
+                session=session, actor=request_user(request), budget_nano=values.pop("budget_usd")
+            )
+            budget_updates.push_session_budgets(sessions=[session])
         if values:
             session = session_services.update_session(session=session, **values)
         session.refresh_from_db()
@@ -252,7 +259,7 @@ class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView)
         request=EventSerializer,
         responses={
             202: OpenApiResponse(EventAcceptedOut, description="Accepted."),
-            **error_responses(400, 401, 403, 404, 409, 413, 415, 503),
+            **error_responses(400, 401, 403, 404, 409, 413, 415, 429, 503),
         },
     )
     async def post(self, request: Request, session_id: str) -> HttpResponseBase:

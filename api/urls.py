@@ -13,6 +13,7 @@ from django.urls import path, re_path
 from . import (
     approval_views,
     audit_views,
+    budget_views,
     change_views,
     elicitation_views,
     file_views,
@@ -193,6 +194,7 @@ urlpatterns = [
     path("audit", audit_views.AuditListView.as_view(), name="audit-list"),
     # Usage and cost (docs/usage.md).
     path("usage", usage_views.UsageView.as_view(), name="usage-report"),
+    path("users/<str:user_id>/budget", budget_views.UserBudgetView.as_view(), name="user-budget"),
     # The API's root and documents.
     path("", ApiRootView.as_view(), name="api-root"),
     path("schema", SchemaView.as_view(), name="schema"),

@@ -50,6 +50,24 @@ class Conflict(DomainError):
     http_status = 409
 
 
+class BudgetExceeded(DomainError):
+    """A message the session's spent budget refuses (usage.md, Budgets)."""
+
+    code = "budget_exceeded"
+    http_status = 409
+
+
+class DailyBudgetExceeded(BudgetExceeded):
+    """A message refused because the user's daily budget is spent; ``retry_after``:
+    seconds until the next UTC day, sent as ``Retry-After``."""
+
+    http_status = 429
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class PayloadTooLarge(DomainError):
     code = "payload_too_large"
     http_status = 413

@@ -107,6 +107,7 @@ def _first_message(detail: Any, path: str = "") -> str:
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     if isinstance(exc, DomainError):
         set_rollback()
+        retry_after = getattr(exc, "retry_after", None)
         return Response(
             error_body(
                 exc.http_status,
@@ -115,6 +116,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
                 fields=exc.fields or ({exc.field: [exc.message]} if exc.field else None),
             ),
             status=exc.http_status,
+            headers={"Retry-After": str(int(retry_after))} if retry_after is not None else None,
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound(str(exc) or "not found")

@@ -356,6 +356,15 @@ OMNIGENT_EVENT_LOG_KEEP_DAYS = env_int("OMNIGENT_EVENT_LOG_KEEP_DAYS", 30)
 OMNIGENT_AUDIT_KEEP_DAYS = env_int("OMNIGENT_AUDIT_KEEP_DAYS", 365)
 # The YAML price table (docs/usage.md); empty: the shipped usage/default_prices.yaml.
 OMNIGENT_PRICES = os.environ.get("OMNIGENT_PRICES", "").strip()
+# Each user's budget per UTC day in USD unless staff set their own (usage.md, Budgets);
+# unset: none.
+OMNIGENT_DAILY_BUDGET_USD: float | None = (
+    env_float("OMNIGENT_DAILY_BUDGET_USD", 0.0)
+    if os.environ.get("OMNIGENT_DAILY_BUDGET_USD", "").strip()
+    else None
+)
+if OMNIGENT_DAILY_BUDGET_USD is not None and not 0 <= OMNIGENT_DAILY_BUDGET_USD < 1e9:
+    raise ImproperlyConfigured("OMNIGENT_DAILY_BUDGET_USD must be a number of dollars >= 0")
 # How often the retention job runs (once across all server processes).
 OMNIGENT_RETENTION_INTERVAL_S = env_float("OMNIGENT_RETENTION_INTERVAL_S", 86400.0)
 # The session-list stream's log (sessions/updates.py): each user's last this many list

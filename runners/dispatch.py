@@ -18,9 +18,9 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
-from omnigent_runner.protocol import AnyCommand, ToolResult, TurnInterrupt, TurnStart
+from omnigent_runner.protocol import AnyCommand, Budgets, ToolResult, TurnInterrupt, TurnStart
 from omnigent_site.domain_errors import AgentUnavailable, RunnerUnavailable
-from sessions import approvals
+from sessions import approvals, budgets
 from sessions import files as session_files
 from sessions.blobs import BundleMissing
 from sessions.eventlog import Publication, collecting_publications, send_publications
@@ -153,6 +153,7 @@ def _accept_with_command(
     created_by: str,
     data: dict[str, Any],
     tools: list[dict[str, Any]],
+    budgets_now: Budgets | None = None,
     user_id: int | None = None,
     runner: Runner | None = None,
 ) -> tuple[Item, Turn, TurnStart, list[Publication]]:
@@ -168,7 +169,9 @@ def _accept_with_command(
             user_id=user_id,
             runner=runner,
         )
-    command = runner_events.turn_start_command(response=response, inputs=[item])
+    command = runner_events.turn_start_command(
+        response=response, inputs=[item], budgets_now=budgets_now
+    )
     return item, response, command, unit.publications
 
 
@@ -200,7 +203,9 @@ def accept_message(
     """On the request's thread: the message's file blocks checked, its runner checked
     (503 before anything is stored), the message and its turn stored (``user_id``: whose
     turn it is for fair share; the session's creator when not given), then a runner
-    slot asked for (``scheduler.claim``), in the same trip to the thread."""
+    slot asked for (``scheduler.claim``), in the same trip to the thread. A message the
+    budgets refuse (usage.md, Budgets: 409 or 429) stores nothing."""
+    budgets_now = budgets.check_message(session=session)
     if session_files.has_file_blocks(data):
         # 400 (not this session's file) or 413 (over a frame) before anything is stored.
         data = session_files.prepare_message_files(session_id=session.id, data=data)
@@ -210,6 +215,7 @@ def accept_message(
         created_by=created_by,
         data=data,
         tools=tools,
+        budgets_now=budgets_now,
         user_id=user_id,
         runner=runner,
     )

@@ -34,7 +34,7 @@ from omnigent_site.rawsql import (
     update_row,
 )
 from omnigent_site.timeutil import unix
-from sessions import approvals, blobs, policies, updates, webhook_events
+from sessions import approvals, blobs, budgets, policies, updates, webhook_events
 from sessions import files as session_files
 from sessions.eventlog import (
     WriteUnit,
@@ -116,14 +116,20 @@ def session_open_command(*, session: Session) -> protocol.SessionOpen:
             approvals.verdict(approval)
             for approval in approvals.unacked_verdicts(session_id=session.id)
         ],
+        budgets=budgets.budgets_for(session),
     )
 
 
 def turn_start_command(
-    *, response: Turn, inputs: Sequence[Item] | None = None
+    *,
+    response: Turn,
+    inputs: Sequence[Item] | None = None,
+    budgets_now: protocol.Budgets | None = None,
 ) -> protocol.TurnStart:
     """``inputs``: the turn's user items when the caller has them (a turn just accepted
-    has exactly its message); read from the database otherwise. The command carries
+    has exactly its message); read from the database otherwise. ``budgets_now``: the
+    session's budgets when the caller has them (usage.md, Budgets); read otherwise.
+    The command carries
     the id of the request this code runs for, if any (the message's ``X-Request-ID``),
     so the runner's log lines of the turn carry it too."""
     if inputs is None:
@@ -132,6 +138,9 @@ def turn_start_command(
                 session_id=response.session_id, response_id=response.id, data__role="user"
             ).order_by("seq")
         )
+    if budgets_now is None:
+        session = Session.objects.select_related("agent").get(pk=response.session_id)
+        budgets_now = budgets.budgets_for(session)
     return protocol.TurnStart(
         session_id=response.session_id,
         response_id=response.id,
@@ -142,6 +151,7 @@ def turn_start_command(
         ],
         tools=response.tools or [],
         request_id=current_request_id(),
+        budgets=budgets_now,
     )
 
 
@@ -206,6 +216,16 @@ def _finish_turn(
     response.completed_at = timezone.now()
     update_row(response, ["status", "error", "completed_at"])
     webhook_events.turn_ended(response)
+    if status == Turn.Status.FAILED and (error or {}).get("code") == "budget_exceeded":
+        webhook_events.budget_exceeded(
+            session_id=response.session_id,
+            response_id=response.id,
+            scope=None,
+            budget_usd=None,
+            spent_usd=None,
+            error=error,
+            status=status,
+        )
     seconds = (
         (response.completed_at - response.created_at).total_seconds()
         if response.created_at
@@ -814,6 +834,33 @@ def _apply_usage(run: _Run, event: protocol.UsageRecorded) -> None:
     # ``updated_at`` moves the snapshot's ETag: its ``usage`` changed without an event.
     save_session_fields(session, ["total_cost_nano", "updated_at"], unit=run.unit)
 
+    # The runner's budgets after the run's calls: one ``policy.update`` per run.
+    def send_budgets() -> None:
+        _send_budgets_after_commit(session)
+
+    if not at_block_end(
+        session_id=session.id, key=("budgets", session.id), action=send_budgets, unit=run.unit
+    ):
+        send_budgets()
+
+
+def _send_budgets_after_commit(session: Session) -> None:
+    """After recorded calls: the session's new budgets to its runner, once the calls
+    commit (fire and forget: the next update or ``turn.start`` carries newer numbers).
+    Nothing is read or sent for a session without any budget."""
+    if not budgets.has_budget(session):
+        return
+    command = protocol.PolicyUpdate(
+        session_id=session.id, rules=None, budgets=budgets.budgets_for(session)
+    )
+    channel = (
+        Runner.objects.filter(pk=session.runner_id).values_list("channel_name", flat=True).first()
+    )
+    if channel:
+        transaction.on_commit(
+            lambda: async_to_sync(post_command)(channel_name=channel, command=command)
+        )
+
 
 HANDLERS: dict[type[protocol.Event], Callable[[_Run, Any], None]] = {
     protocol.SessionStatus: _apply_status,
@@ -871,7 +918,9 @@ def start_commands(
                     message=str(exc),
                 )
                 continue
-        commands.append(turn_start_command(response=response))
+        commands.append(
+            turn_start_command(response=response, budgets_now=budgets.budgets_for(session))
+        )
         sends.append((runner.channel_name, commands))
     return sends
 

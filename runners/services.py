@@ -391,7 +391,10 @@ def sessions_to_resume(*, runner_id: str, open_sessions: set[str]) -> list[Sessi
                 last_acked_seq=session.last_runner_seq,
                 open_command=open_command,
                 turn_commands=[
-                    runner_events.turn_start_command(response=turn) for turn in open_turns
+                    runner_events.turn_start_command(
+                        response=turn, budgets_now=open_command.budgets
+                    )
+                    for turn in open_turns
                 ],
             )
         )

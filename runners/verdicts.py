@@ -31,6 +31,7 @@ from sessions import approvals, policies
 from sessions.blobs import BundleMissing
 from sessions.models import Approval, Session
 
+from .budget_updates import push_session_budgets
 from .relay import RelayError, post_command, send_command
 
 log = logging.getLogger(__name__)
@@ -94,10 +95,19 @@ async def answer_elicitation(
     approval = resolution.approval
     if resolution.stored:
         await relay_verdict(session=session, approval=approval)
+    if resolution.budget_raised:
+        # After the verdict, which the runner applies first: the stored numbers then
+        # replace its own (usage.md, Budgets).
+        await sync_to_async(_push_budgets)(session_id=session.id)
     if resolution.conflict:
         raise Conflict(
             f"elicitation {approval.id!r} is already {approval.status}: the first verdict stands"
         )
+
+
+def _push_budgets(*, session_id: str) -> None:
+    session = Session.objects.select_related("agent", "runner").get(pk=session_id)
+    push_session_budgets(sessions=[session])
 
 
 def effective_policies(*, session: Session) -> tuple[list[PolicyRule], int]:

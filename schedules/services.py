@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Min
 
+from omnigent_runner.policies import NANO_PER_USD
 from omnigent_site.domain_errors import (
     Conflict,
     DomainError,
@@ -32,6 +33,7 @@ from omnigent_site.domain_errors import (
 from runners import dispatch
 from runners import services as runner_services
 from runners.models import Runner
+from sessions import budgets
 from sessions import selectors as session_selectors
 from sessions import services as session_services
 from sessions.models import Permission, Session, Turn
@@ -424,6 +426,8 @@ def _session_for(run: ScheduledRun, *, now: datetime) -> Session | str:
             return "the session has no runner"
         if not session.runner.online:
             return f"the session's runner {session.runner_id!r} is offline"
+        if run.budget_usd is not None:
+            _set_run_budget(run, session, spent_nano=session.total_cost_nano or 0)
         return session
     try:
         agent = session_selectors.agent_for(agent_id=task.agent_id, user=owner)
@@ -437,7 +441,21 @@ def _session_for(run: ScheduledRun, *, now: datetime) -> Session | str:
         user=owner, agent=agent, title=f"{task.name} · {local:%Y-%m-%d %H:%M}"
     )
     run.session_id = session.id
+    if run.budget_usd is not None:
+        # Before the session opens on the runner, so ``session.open`` carries it.
+        _set_run_budget(run, session, spent_nano=0)
     return runner_services.bind_session_runner(session=session, actor=owner, runner_id=runner.id)
+
+
+def _set_run_budget(run: ScheduledRun, session: Session, *, spent_nano: int) -> None:
+    """The run's ``max_cost_usd`` as the session's budget with ``on_budget: deny``
+    (automation.md): a new session's budget is the amount, a continued one's what it
+    spent so far plus the amount."""
+    amount = Decimal(run.budget_usd or 0) * NANO_PER_USD
+    limit = spent_nano + int(amount.to_integral_value(ROUND_HALF_UP))
+    budgets.set_session_budget(
+        session=session, actor=run.task.owner, budget_nano=limit, on_budget="deny", via="schedule"
+    )
 
 
 def prepare_fire(*, run_id: str, now: datetime) -> Fire | None:

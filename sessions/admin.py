@@ -16,9 +16,10 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from omnigent_runner.policies import rules_as_json
+from omnigent_runner.policies import nano_as_usd, rules_as_json
+from usage.models import UserBudget
 
-from . import policies, retention, services
+from . import budgets, policies, retention, services
 from .blobs import BundleMissing
 from .models import Agent, Item, Permission, PolicyChange, Session, Turn
 
@@ -348,3 +349,42 @@ class PolicyChangeAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+@admin.register(UserBudget)
+class UserBudgetAdmin(admin.ModelAdmin):
+    """Users' own daily budgets (usage.md, Budgets); blank: the server default. Here,
+    not in ``usage``, because each change is audited (``budgets.set_user_budget``)."""
+
+    list_display = ["user", "daily_usd", "updated_at"]
+    search_fields = ["user__username"]
+    autocomplete_fields = ["user"]
+    readonly_fields = ["updated_at"]
+
+    def get_form(
+        self, request: HttpRequest, obj: Any | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        # Removing the user's own budget is deleting the row (the default applies).
+        form.base_fields["daily_nano"].required = True
+        return form
+
+    @admin.display(description="daily budget (USD)", ordering="daily_nano")
+    def daily_usd(self, obj: UserBudget) -> str:
+        return "default" if obj.daily_nano is None else f"{nano_as_usd(obj.daily_nano):,.2f}"
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        budgets.set_user_budget(
+            user=obj.user, actor=cast("AuthUser", request.user), daily_nano=obj.daily_nano
+        )
+        # The admin's messages and redirect name the stored row.
+        obj.pk = UserBudget.objects.filter(user=obj.user).values_list("pk", flat=True).first()
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        budgets.set_user_budget(
+            user=obj.user, actor=cast("AuthUser", request.user), daily_nano=None
+        )
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[UserBudget]) -> None:
+        for obj in queryset.select_related("user"):
+            self.delete_model(request, obj)

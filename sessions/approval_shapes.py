@@ -70,6 +70,38 @@ def approval_message(tool: str, arguments: dict[str, Any]) -> str:
     return f"Agent wants to run {tool}: `{summary}`. Approve?"
 
 
+BUDGET_POLICY = "budget"
+BUDGET_KEYS = ("kind", "scope", "budget_usd", "spent_usd", "increment_usd")
+
+
+def budget_params(approval: Approval) -> dict[str, Any] | None:
+    """A budget question's ``params`` (usage.md, Budgets: ``{kind: "budget", scope,
+    budget_usd, spent_usd, increment_usd}``, which the runner sends as the question's
+    arguments under ``policy_name: "budget"``); None for any other question."""
+    if approval.policy_name != BUDGET_POLICY or approval.requested_schema is not None:
+        return None
+    params = approval.arguments
+    if not isinstance(params, dict) or params.get("kind") != "budget":
+        return None
+    return {key: params[key] for key in BUDGET_KEYS if key in params}
+
+
+def _dollars(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "?"
+    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}"
+
+
+def budget_message(params: dict[str, Any]) -> str:
+    """The sentence a budget question shows."""
+    whose = "the daily budget" if params.get("scope") == "user" else "the session's budget"
+    return (
+        f"Budget reached: spent {_dollars(params.get('spent_usd'))} of "
+        f"{_dollars(params.get('budget_usd'))} ({whose}) — allow "
+        f"{_dollars(params.get('increment_usd'))} more?"
+    )
+
+
 # --- stream events ----------------------------------------------------------------------
 
 
@@ -82,12 +114,20 @@ class ElicitationParams(TypedDict):
         dict[str, Any],
         Doc("{} for a rule's question (the answer is the action); an MCP server's schema"),
     ]
-    phase: Literal["tool_call"]
+    phase: Annotated[
+        Literal["tool_call", "budget"],
+        Doc("`budget`: a budget is spent and the next LLM call waits (usage.md)"),
+    ]
     policy_name: Annotated[str | None, Doc("the rule that asked; null for an MCP server")]
     content_preview: Annotated[
         str,
         Doc("the call's arguments as JSON, cut to 1,024 chars; an MCP server's message"),
     ]
+    kind: NotRequired[Annotated[Literal["budget"], Doc("budget questions only")]]
+    scope: NotRequired[Annotated[Literal["session", "user"], Doc("budget questions only")]]
+    budget_usd: NotRequired[Annotated[float, Doc("budget questions: the budget reached")]]
+    spent_usd: NotRequired[Annotated[float, Doc("budget questions: spent against it")]]
+    increment_usd: NotRequired[Annotated[float, Doc("budget questions: what accept adds")]]
 
 
 class ElicitationRequestEvent(TypedDict):
@@ -103,22 +143,27 @@ class ElicitationRequestEvent(TypedDict):
 
 
 def elicitation_request_event(approval: Approval) -> ElicitationRequestEvent:
+    params: ElicitationParams = {
+        "mode": "form",
+        "message": approval.message,
+        "requestedSchema": approval.requested_schema or {},
+        "phase": "tool_call",
+        "policy_name": None if approval.requested_schema is not None else approval.policy_name,
+        "content_preview": approval.message[:PREVIEW_CHARS]
+        if approval.requested_schema is not None
+        else content_preview(approval.arguments),
+    }
+    budget = budget_params(approval)
+    if budget is not None:
+        params["phase"] = "budget"
+        params.update(budget)  # type: ignore[typeddict-item]
     return {
         "type": "response.elicitation_request",
         "elicitation_id": approval.id,
         "session_id": approval.session_id,
         "response_id": approval.response_id,
         "method": "elicitation/create",
-        "params": {
-            "mode": "form",
-            "message": approval.message,
-            "requestedSchema": approval.requested_schema or {},
-            "phase": "tool_call",
-            "policy_name": None if approval.requested_schema is not None else approval.policy_name,
-            "content_preview": approval.message[:PREVIEW_CHARS]
-            if approval.requested_schema is not None
-            else content_preview(approval.arguments),
-        },
+        "params": params,
     }
 
 

@@ -28,8 +28,8 @@ from audit import services as audit
 from omnigent_runner import protocol
 from omnigent_site.domain_errors import InvalidInput, NotFound
 
-from . import selectors, updates, webhook_events
-from .approval_shapes import approval_message
+from . import budgets, selectors, updates, webhook_events
+from .approval_shapes import BUDGET_POLICY, approval_message, budget_message
 from .eventlog import WriteUnit, record_event
 from .models import Approval, Session, Turn
 from .stream_events import elicitation_request_event, elicitation_resolved_event
@@ -103,9 +103,15 @@ def record_requested(
     tool = _storable(event.tool)
     seconds = min(event.ask_timeout if event.ask_timeout > 0 else 3600.0, ask_timeout_cap())
     now = timezone.now()
-    message = approval_message(tool, arguments)
-    requested_schema: dict[str, Any] | None = None
     question = event.elicitation
+    message = approval_message(tool, arguments)
+    if (
+        event.policy_name == BUDGET_POLICY
+        and question is None
+        and arguments.get("kind") == "budget"
+    ):
+        message = budget_message(arguments)
+    requested_schema: dict[str, Any] | None = None
     if question is not None:
         # An MCP server's own question (mcp.md): its sentence and its answer's schema.
         text = question.get("message")
@@ -154,6 +160,8 @@ class Resolution:
     stored: bool
     # The question already had another verdict: the first one stands (409).
     conflict: bool
+    # An accepted budget question raised a budget: the runner gets the new numbers.
+    budget_raised: bool = False
 
 
 def check_action(action: Any) -> str:
@@ -191,6 +199,7 @@ def resolve(
         expired = _expire(approval.pk, now=now)
         if expired is not None:
             return Resolution(expired, stored=True, conflict=action != "cancel")
+    budgets.check_may_accept(approval=approval, user=user, action=action)
     stored_action, answer = action, None
     if approval.requested_schema is not None and action == "accept":
         problem = schema_problem(approval.requested_schema, content or {})
@@ -213,8 +222,10 @@ def resolve(
         approval = Approval.objects.select_related("resolved_by").get(pk=approval.pk)
         if won:
             _audit_verdict(approval, actor=user)
+            # An accepted budget question raises that budget with the verdict.
+            raised = budgets.raise_for_accepted(approval=approval, actor=user)
             _publish_resolved(approval)
-            return Resolution(approval, stored=True, conflict=False)
+            return Resolution(approval, stored=True, conflict=False, budget_raised=raised)
     return Resolution(approval, stored=False, conflict=approval.action != action)
 
 

@@ -116,6 +116,14 @@ class Session(models.Model):
     # The cost of its priced LLM calls in nano-dollars (docs/usage.md); null until one is
     # priced. Kept with the row, which every list row reads, under its lock.
     total_cost_nano = models.BigIntegerField(null=True, blank=True)
+    # Its budget in nano-dollars (usage.md, Budgets: ``PATCH budget_usd``, a schedule's
+    # ``max_cost_usd``); null: the bundle's ``guardrails.budget_usd``, if any.
+    budget_nano = models.BigIntegerField(null=True, blank=True)
+    # What happens when it is spent, when the server decides (a schedule's run: deny);
+    # null: the bundle's ``guardrails.on_budget``.
+    on_budget = models.CharField(
+        max_length=8, null=True, blank=True, choices=[("ask", "ask"), ("deny", "deny")]
+    )
 
     class Meta:
         ordering = ["created_at", "id"]

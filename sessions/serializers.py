@@ -6,12 +6,14 @@ and documented from the same classes (docs/architecture.md, one definition per s
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from omnigent_runner.policies import MAX_BUDGET_USD, usd_as_nano
 from omnigent_site.json_input import (
     UNSTORABLE_TEXT,
     JsonTextError,
@@ -65,12 +67,30 @@ class SessionCreateSerializer(StrictSerializer):
     )
 
 
+@extend_schema_field({"type": "number", "minimum": 0, "maximum": MAX_BUDGET_USD, "nullable": True})
+class BudgetUsdField(serializers.Field):
+    """A budget in US dollars: a JSON number from 0 to ``MAX_BUDGET_USD`` (a string or
+    a boolean is a 400, not coerced), validated as whole nano-dollars."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            raise serializers.ValidationError("must be a number of US dollars or null")
+        if not math.isfinite(data) or not 0 <= data <= MAX_BUDGET_USD:
+            raise serializers.ValidationError(f"must be from 0 to {MAX_BUDGET_USD:,} dollars")
+        return usd_as_nano(data)
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
 class SessionUpdateSerializer(StrictSerializer):
     runner_id = StrictCharField(max_length=64, allow_blank=True, allow_null=True, required=False)
     title = StrictCharField(max_length=512, allow_null=True, allow_blank=True, required=False)
     labels = LabelsField(required=False)
     share_workspace_files = StrictBooleanField(required=False)
     archived = StrictBooleanField(required=False)
+    # Nano-dollars once validated; null removes the session's own budget (usage.md).
+    budget_usd = BudgetUsdField(required=False, allow_null=True)
 
 
 class PermissionGrantSerializer(StrictSerializer):
@@ -244,3 +264,9 @@ class ForkSerializer(serializers.Serializer):
         if value is not None and has_unstorable_text(value):
             raise serializers.ValidationError(UNSTORABLE_TEXT)
         return value
+
+
+class UserBudgetSerializer(StrictSerializer):
+    """``PUT /v1/users/{id}/budget``: the user's own daily budget; null removes it."""
+
+    daily_usd = BudgetUsdField(allow_null=True)

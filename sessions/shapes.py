@@ -168,6 +168,10 @@ class SessionRowOut(TypedDict):
     total_cost_usd: Annotated[
         float | None, Doc("the cost of its priced LLM calls (docs/usage.md); null: none priced")
     ]
+    budget_usd: Annotated[
+        float | None,
+        Doc("its own budget (`PATCH budget_usd`, usage.md); null: none (a bundle's may apply)"),
+    ]
 
 
 class SessionOut(SessionRowOut):
@@ -223,6 +227,7 @@ def session_row(session: Session, *, level: int, pending_count: int | None = Non
         "total_cost_usd": (
             usd(session.total_cost_nano) if session.total_cost_nano is not None else None
         ),
+        "budget_usd": usd(session.budget_nano) if session.budget_nano is not None else None,
     }
 
 

@@ -78,3 +78,30 @@ def _approval_event(kind: str, approval: Approval) -> None:
         },
         session_id=approval.session_id,
     )
+
+
+def budget_exceeded(
+    *,
+    session_id: str,
+    response_id: str | None,
+    scope: str | None,
+    budget_usd: float | None,
+    spent_usd: float | None,
+    error: dict[str, Any] | None,
+    status: str | None = None,
+) -> None:
+    """A budget stopped work (usage.md, Budgets): a turn ended ``failed`` with
+    ``budget_exceeded``, or a message was refused (409/429, ``response_id`` null)."""
+    enqueue_webhook_event(
+        type="budget.exceeded",
+        data={
+            "session_id": session_id,
+            "response_id": response_id,
+            "status": status,
+            "scope": scope,
+            "budget_usd": budget_usd,
+            "spent_usd": spent_usd,
+            "error": error,
+        },
+        session_id=session_id,
+    )

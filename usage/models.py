@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
@@ -157,3 +158,36 @@ class MonthlyUsage(Totals):
 
     def __str__(self) -> str:
         return f"user {self.user_id} {self.month:%Y-%m} {self.model} {self.agent_name}"
+
+
+class UserBudget(models.Model):
+    """A user's own daily budget (usage.md, Budgets), set by staff; no row, or a blank
+    limit: the server default ``OMNIGENT_DAILY_BUDGET_USD`` applies."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="budget"
+    )
+    daily_nano = models.BigIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(0)], help_text="nano-dollars a day"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"budget of user {self.user_id}"
+
+
+class UserBudgetRaise(models.Model):
+    """What accepted budget questions added to a user's budget for one UTC day: the
+    raise ends with the day, like the day's spend it was measured against."""
+
+    user_id = models.BigIntegerField()
+    day = models.DateField()
+    raised_nano = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["user_id", "day"], name="unique_user_budget_raise")
+        ]
+
+    def __str__(self) -> str:
+        return f"user {self.user_id} {self.day} +{self.raised_nano}"

@@ -9,13 +9,18 @@ per user, model and agent.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 from datetime import date, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q, QuerySet, Sum
 
-from .models import DailyUsage, MonthlyUsage, SessionUsage
+from omnigent_runner.policies import usd_as_nano
+
+from . import services
+from .models import DailyUsage, MonthlyUsage, SessionUsage, UserBudget, UserBudgetRaise
 from .services import SUM_FIELDS
 from .shapes import SessionUsageOut, session_usage_body
 
@@ -165,3 +170,82 @@ def session_costs(
     ):
         found.setdefault(session_id, {})[model] = int(cost or 0)
     return found
+
+
+# --- budgets (usage.md, Budgets) ---------------------------------------------------------
+
+
+def today() -> date:
+    """The UTC day spend is counted in now (the recording clock, which tests set)."""
+    return services.utc_day(services.clock())
+
+
+def default_daily_budget_nano() -> int | None:
+    """``OMNIGENT_DAILY_BUDGET_USD`` as nano-dollars; None when unset."""
+    usd = getattr(settings, "OMNIGENT_DAILY_BUDGET_USD", None)
+    return None if usd is None else usd_as_nano(usd)
+
+
+# Users with a budget of their own, as this process last read them: the hot path after
+# each recorded call asks only "might this owner have one?" (``sessions.budgets``).
+BUDGETED_USERS_TTL_S = 10.0
+_budgeted_users: tuple[float, frozenset[int]] | None = None
+
+
+def users_with_own_budget() -> frozenset[int]:
+    """The ids of users with a daily budget of their own: one read per
+    ``BUDGETED_USERS_TTL_S`` per process (a change in this process is seen at once,
+    ``services.set_daily_budget``; one made in another within that time)."""
+    global _budgeted_users
+    now = time.monotonic()
+    if _budgeted_users is None or now - _budgeted_users[0] > BUDGETED_USERS_TTL_S:
+        ids = UserBudget.objects.filter(daily_nano__isnull=False).values_list("user_id", flat=True)
+        _budgeted_users = (now, frozenset(ids))
+    return _budgeted_users[1]
+
+
+def forget_budgeted_users() -> None:
+    global _budgeted_users
+    _budgeted_users = None
+
+
+def own_daily_budget_nano(*, user_id: int) -> int | None:
+    """The user's own daily budget (staff set it); None: none of their own."""
+    row = UserBudget.objects.filter(user_id=user_id).values_list("daily_nano", flat=True).first()
+    return row
+
+
+def daily_budget_nano(*, user_id: int) -> int | None:
+    """The user's daily budget: their own, else the server default; None: no budget."""
+    own = own_daily_budget_nano(user_id=user_id)
+    return own if own is not None else default_daily_budget_nano()
+
+
+def raised_nano(*, user_id: int, day: date) -> int:
+    """What accepted budget questions added to the user's budget on ``day``."""
+    raised = (
+        UserBudgetRaise.objects.filter(user_id=user_id, day=day)
+        .values_list("raised_nano", flat=True)
+        .first()
+    )
+    return raised or 0
+
+
+def spent_nano(*, user_id: int, day: date) -> int:
+    """The user's priced spend on ``day``: the day's few pre-summed rows (one per model
+    and agent), never the calls."""
+    total = DailyUsage.objects.filter(user_id=user_id, day=day).aggregate(cost=Sum("cost_nano"))[
+        "cost"
+    ]
+    return int(total or 0)
+
+
+def user_budget(*, user_id: int | None, day: date) -> tuple[int, int] | None:
+    """``(limit, spent)`` of the user's budget for ``day`` (limit with the day's
+    raises); None when the user has no daily budget."""
+    if not user_id:
+        return None
+    limit = daily_budget_nano(user_id=user_id)
+    if limit is None:
+        return None
+    return limit + raised_nano(user_id=user_id, day=day), spent_nano(user_id=user_id, day=day)

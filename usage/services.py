@@ -26,7 +26,15 @@ from django.utils import timezone
 
 from omnigent_site.rawsql import quoted
 
-from .models import DailyUsage, LlmCall, MonthlyUsage, Price, SessionUsage
+from .models import (
+    DailyUsage,
+    LlmCall,
+    MonthlyUsage,
+    Price,
+    SessionUsage,
+    UserBudget,
+    UserBudgetRaise,
+)
 from .pricing import DEFAULT_PRICES_FILE, PriceCache, Rates, read_price_file
 
 log = logging.getLogger(__name__)
@@ -104,6 +112,11 @@ def price_call(*, response_id: str, usage: CallUsage) -> PricedCall:
     return PricedCall(response_id, usage, cost_of(usage), clock())
 
 
+def utc_day(at: datetime) -> date:
+    """The UTC day of a time (a naive time is taken as UTC)."""
+    return at.astimezone(UTC).date() if timezone.is_aware(at) else at.date()
+
+
 def record_call(
     *,
     session_id: str,
@@ -162,7 +175,7 @@ def record_calls(
         # The order of ``_CALL_COLUMNS``.
         call_rows += [session_id, call.response_id, user, agent_name, usage.model,
                       usage.reported, cost, adapt(at), *tokens]  # fmt: skip
-        day = at.astimezone(UTC).date() if timezone.is_aware(at) else at.date()
+        day = utc_day(at)
         sums = [*tokens, 1, 0 if cost is None else 1, cost or 0]
         for totals, key in (
             (by_day, (day, usage.model)),
@@ -296,3 +309,43 @@ def load_missing_prices_after_migrate(**_kwargs: Any) -> None:
         return
     if created:
         log.info("loaded %d prices from %s", created, price_file())
+
+
+# --- budgets (usage.md, Budgets) ---------------------------------------------------------
+
+
+def set_daily_budget(*, user_id: int, daily_nano: int | None) -> int | None:
+    """Store the user's own daily budget (None removes it: the server default applies);
+    returns the previous one. Call it inside the change's audited transaction."""
+    # This process's list of users with a budget is read again (now and after the commit).
+    from .selectors import forget_budgeted_users
+
+    forget_budgeted_users()
+    transaction.on_commit(forget_budgeted_users)
+    row = UserBudget.objects.select_for_update().filter(user_id=user_id).first()
+    old = row.daily_nano if row is not None else None
+    if daily_nano is None:
+        if row is not None:
+            row.delete()
+    elif row is None:
+        UserBudget.objects.create(user_id=user_id, daily_nano=daily_nano)
+    else:
+        row.daily_nano = daily_nano
+        row.save(update_fields=["daily_nano", "updated_at"])
+    return old
+
+
+def raise_daily_budget(*, user_id: int, day: date, by_nano: int) -> None:
+    """Add ``by_nano`` to the user's budget for ``day`` only (an accepted budget
+    question): one upsert that adds in the database, so two raises both count."""
+    sql = (
+        f"INSERT INTO {quoted(UserBudgetRaise)} "
+        f"({quoted(UserBudgetRaise, 'user_id')}, {quoted(UserBudgetRaise, 'day')}, "
+        f"{quoted(UserBudgetRaise, 'raised_nano')}) VALUES (%s, %s, %s) "
+        f"ON CONFLICT ({quoted(UserBudgetRaise, 'user_id')}, {quoted(UserBudgetRaise, 'day')}) "
+        f"DO UPDATE SET {quoted(UserBudgetRaise, 'raised_nano')} = "
+        f"{quoted(UserBudgetRaise)}.{quoted(UserBudgetRaise, 'raised_nano')} + "
+        f"excluded.{quoted(UserBudgetRaise, 'raised_nano')}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user_id, day, by_nano])

@@ -121,3 +121,37 @@ def session_usage_body(by_model: Iterable[tuple[str, Mapping[str, Any]]]) -> Ses
         for name in SUM_FIELDS:
             total[name] = total.get(name, 0) + int(sums.get(name) or 0)
     return {**model_usage_body(total), "by_model": models}  # type: ignore[typeddict-item]
+
+
+class UserBudgetOut(TypedDict):
+    """``GET|PUT /v1/users/{id}/budget`` (usage.md, Budgets)."""
+
+    object: str
+    user_id: str
+    daily_usd: float | None
+    default_daily_usd: float | None
+    effective_daily_usd: float | None
+    raised_today_usd: float
+    spent_today_usd: float
+
+
+def user_budget_body(
+    *,
+    username: str,
+    own_nano: int | None,
+    default_nano: int | None,
+    raised_nano: int,
+    spent_nano: int,
+) -> UserBudgetOut:
+    """``daily_usd``: the user's own budget (null: none, the default applies);
+    ``effective_daily_usd``: what applies today, raises included (null: no budget)."""
+    base = own_nano if own_nano is not None else default_nano
+    return {
+        "object": "user_budget",
+        "user_id": username,
+        "daily_usd": None if own_nano is None else usd(own_nano),
+        "default_daily_usd": None if default_nano is None else usd(default_nano),
+        "effective_daily_usd": None if base is None else usd(base + raised_nano),
+        "raised_today_usd": usd(raised_nano),
+        "spent_today_usd": usd(spent_nano),
+    }

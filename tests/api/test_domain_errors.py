@@ -14,6 +14,12 @@ CASES = [
     (domain_errors.NotFound("session 'x' not found"), 404, "not_found"),
     (domain_errors.Forbidden("needs edit access"), 403, "forbidden"),
     (domain_errors.Conflict("already exists"), 409, "conflict"),
+    (domain_errors.BudgetExceeded("budget spent"), 409, "budget_exceeded"),
+    (
+        domain_errors.DailyBudgetExceeded("daily budget spent", retry_after=60),
+        429,
+        "budget_exceeded",
+    ),
     (domain_errors.PayloadTooLarge("too big"), 413, "payload_too_large"),
     (domain_errors.UnsupportedMediaType("not a PNG"), 415, "unsupported_media_type"),
     (domain_errors.RunnerUnavailable("offline"), 503, "runner_unavailable"),
@@ -28,6 +34,8 @@ def test_each_domain_error_renders_in_the_error_format(
     request = APIRequestFactory().get("/v1/sessions")
     response = exception_handler(error, {"view": None, "request": request})
     assert response.status_code == status
+    retry_after = getattr(error, "retry_after", None)
+    assert response.get("Retry-After") == (None if retry_after is None else str(retry_after))
     body = response.data["error"]
     assert body["code"] == code
     if error.field:

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
 
+import msgspec
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
 from django.utils import timezone
@@ -22,7 +23,7 @@ from omnigent_site.users import get_or_create_user
 from runners.models import Runner
 from schedules import clock, services, upkeep
 from schedules.models import ScheduledRun, ScheduledTask
-from sessions.models import Item, Session, Turn
+from sessions.models import Item, Permission, Session, Turn
 from webhook_outbox.models import WebhookEvent
 
 from .conftest import ALICE, BOB, assert_error, upload
@@ -406,3 +407,45 @@ def test_every_server_process_runs_the_firing_loop() -> None:
     from omnigent_site.runtime import background
 
     assert "schedules.upkeep.fire_due_forever" in background.registered()
+
+
+def test_max_cost_is_the_runs_session_budget_with_deny(
+    client_for: Callable[[str | None], APIClient],
+    agent_id: str,
+    fake_clock: Clock,
+    relay: list[Any],
+) -> None:
+    """New session: the budget is max_cost_usd, sent with its ``session.open`` and the
+    turn's ``turn.start``; continue: what the session spent so far plus max_cost_usd."""
+    alice = client_for(ALICE)
+    online_runner(ALICE)
+    task = create(alice, **body(agent_id, max_cost_usd=2, timezone="UTC")).json()
+    run = alice.post(f"{TASKS}/{task['id']}/run").json()
+    session = Session.objects.get(pk=run["session_id"])
+    assert (session.budget_nano, session.on_budget) == (2_000_000_000, "deny")
+    line = {"scope": "session", "limit_nano": 2_000_000_000, "spent_nano": 0, "on_budget": "deny"}
+    sent = {type(command).__name__: command for command in relay}
+    for name in ("SessionOpen", "TurnStart"):
+        assert sent[name].budgets.session is not None, name
+        assert msgspec.structs.asdict(sent[name].budgets.session) == line, name
+
+    spent = Session.objects.create(
+        agent_id=session.agent_id, created_by=session.created_by, runner_id="runner_token_sched"
+    )
+    Permission.objects.create(session=spent, user=session.created_by, level=4)
+    Session.objects.filter(pk=spent.pk).update(total_cost_nano=300_000_000)
+    again = create(
+        alice,
+        **body(
+            agent_id,
+            name="again",
+            max_cost_usd=1,
+            session_mode="continue",
+            session_id=spent.pk,
+            timezone="UTC",
+        ),
+    ).json()
+    continued = alice.post(f"{TASKS}/{again['id']}/run").json()
+    assert continued["status"] == "running", continued
+    spent.refresh_from_db()
+    assert (spent.budget_nano, spent.on_budget) == (1_300_000_000, "deny")

@@ -712,6 +712,27 @@ def exercise_cross_site_refusals(alice: Caller, conformance: Conformance, sessio
             assert str(response.status_code) == refused, (method, path, response.status_code)
 
 
+def exercise_budgets(alice: Caller, root: Caller, anon: Caller, session_id: str) -> None:
+    """Budgets: the session's (PATCH), a user's daily budget (staff), its refusals."""
+    patched = alice("patch", "/v1/sessions/{session_id}", {"budget_usd": 3}, session_id=session_id)
+    assert patched.status_code == 200 and patched.json()["budget_usd"] == 3.0
+    put = root("put", "/v1/users/{user_id}/budget", {"daily_usd": 20}, user_id=ALICE)
+    assert put.status_code == 200 and put.json()["daily_usd"] == 20.0
+    statuses = [
+        root("get", "/v1/users/{user_id}/budget", user_id=ALICE),
+        root("put", "/v1/users/{user_id}/budget", {"daily_usd": "20"}, user_id=ALICE),
+        root("get", "/v1/users/{user_id}/budget", user_id="nobody@example.com"),
+        root("put", "/v1/users/{user_id}/budget", {"daily_usd": 1}, user_id="nobody@example.com"),
+        alice("get", "/v1/users/{user_id}/budget", user_id=ALICE),
+        alice("put", "/v1/users/{user_id}/budget", {"daily_usd": 1}, user_id=ALICE),
+        anon("get", "/v1/users/{user_id}/budget", user_id=ALICE),
+        anon("put", "/v1/users/{user_id}/budget", {"daily_usd": 1}, user_id=ALICE),
+    ]
+    assert [r.status_code for r in statuses] == [200, 400, 404, 404, 403, 403, 401, 401]
+    cleared = root("put", "/v1/users/{user_id}/budget", {"daily_usd": None}, user_id=ALICE)
+    assert cleared.status_code == 200
+
+
 def _path_parameters(template: str) -> list[str]:
     import string
 
@@ -745,6 +766,7 @@ def test_every_response_matches_its_documented_schema(
     admin.is_staff = True
     admin.save(update_fields=["is_staff"])
     exercise_pin(alice, anon, caller("root@example.com"), session_id)
+    exercise_budgets(alice, caller("root@example.com"), anon, session_id)
     exercise_deletes_and_identity(alice, bob, anon, session_id)
     exercise_cross_site_refusals(alice, conformance, other)
     exercise_rate_limits(alice, conformance, other)

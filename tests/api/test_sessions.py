@@ -45,6 +45,7 @@ SESSION_KEYS = {
     "archived",
     "pinned",
     "total_cost_usd",
+    "budget_usd",
 }
 # The snapshot adds the transcript, the open questions, the MCP servers' states, the
 # queued turns and the usage totals.

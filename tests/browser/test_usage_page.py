@@ -78,6 +78,27 @@ def seed_history(tmp_path: Path) -> None:
     )  # fmt: skip
 
 
+def ask_budget(tmp_path: Path, session_id: str, response_id: str) -> None:
+    """A budget question on the turn, as the runner's ``approval.requested`` stores it."""
+    code = (
+        "from omnigent_runner import protocol\n"
+        "from sessions import approvals\n"
+        "from sessions.models import Session, Turn\n"
+        f"s = Session.objects.get(pk={session_id!r})\n"
+        f"t = Turn.objects.get(session=s, id={response_id!r})\n"
+        "e = protocol.ApprovalRequested(response_id=t.id, call_id='budget_1', tool='budget',"
+        " arguments={'kind': 'budget', 'scope': 'session', 'budget_usd': 2.5,"
+        " 'spent_usd': 2.5123, 'increment_usd': 1.0}, policy_name='budget',"
+        " reason='budget spent', ask_timeout=600.0)\n"
+        "approvals.record_requested(session=s, turn=t, event=e)\n"
+    )
+    subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=REPO, env={**os.environ, **server_env(tmp_path)}, check=True, capture_output=True,
+        timeout=120,
+    )  # fmt: skip
+
+
 def test_usage_under_answers_in_the_header_and_on_the_usage_page(
     browser: Any,
     priced_server: Server,
@@ -116,6 +137,22 @@ def test_usage_under_answers_in_the_header_and_on_the_usage_page(
     page.wait_for_function(
         "() => document.getElementById('cost').innerText === '5,000 tokens · $0.0160'"
     )
+    # A budget shows next to the cost (docs/usage.md, Budgets).
+    with server.client(ALICE) as client:
+        patched = client.patch(f"/v1/sessions/{session_id}", json={"budget_usd": 2.5})
+    assert patched.status_code == 200, patched.text
+    ask_budget(tmp_path, session_id, sent.json()["response_id"])
+    page.reload()
+    page.wait_for_function(
+        "() => document.getElementById('cost').innerText === '5,000 tokens · $0.0160 of $2.50'"
+    )
+    # A budget question's card: its sentence, no call arguments, "Allow more".
+    card = page.wait_for_selector("#approvals li.approval.budget")
+    assert card.query_selector(".approval-message").inner_text() == (
+        "Budget reached: spent $2.51 of $2.50 (the session's budget) — allow $1.00 more?"
+    )
+    assert card.query_selector("pre.call-args") is None
+    assert card.query_selector("button.approve").inner_text() == "Allow more"
 
     seed_history(tmp_path)
     page.click("nav a:has-text('Usage')")

@@ -284,7 +284,10 @@ async def test_message_opens_the_session_then_starts_the_turn(
         "input",
         "tools",
         "request_id",
+        "budgets",
     }, turn
+    # No budget anywhere: an empty set of lines, which also clears a removed one.
+    assert turn["budgets"] == {"session": None, "user": None}
     assert turn["session_id"] == session.id
     assert turn["tools"] == [TOOL]
     [user_item] = turn["input"]

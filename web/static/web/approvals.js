@@ -39,6 +39,9 @@ export class ApprovalCards {
     const id = request.elicitation_id;
     if (this.cards.has(id)) return;
     const params = request.params ?? {};
+    // A budget question (docs/usage.md, Budgets): its sentence says it all
+    // ("Budget reached: spent $x of $y — allow $z more?"), no call to show.
+    const budget = params.phase === "budget";
     const reason = el("input", { id: `reason-${id}`, maxlength: 500, placeholder: "optional" });
     const error = el("p", { class: "error", role: "alert", hidden: true });
     const form = this.canAnswer ? schemaForm(id, params.requestedSchema) : null;
@@ -51,7 +54,7 @@ export class ApprovalCards {
           el("button", {
             type: "button",
             class: "primary approve",
-            text: "Approve",
+            text: budget ? "Allow more" : "Approve",
             onclick: () => this.answer(id, "accept", reason.value, error, form?.content()),
           }),
           el("button", {
@@ -64,12 +67,27 @@ export class ApprovalCards {
       : el("p", { class: "muted", text: "Waiting for someone with edit access to answer." });
     const card = el(
       "li",
-      { class: "approval", dataset: { id }, role: "group", "aria-label": "Approval needed" },
+      {
+        class: budget ? "approval budget" : "approval",
+        dataset: { id },
+        role: "group",
+        "aria-label": budget ? "Budget reached" : "Approval needed",
+      },
       el("p", { class: "approval-message", text: params.message ?? "The agent asks to run a tool." }),
-      params.policy_name ? el("p", { class: "muted", text: `Policy: ${params.policy_name}` }) : null,
-      form
-        ? el("p", { class: "muted", text: "Asked by an MCP server during a tool call." })
-        : el("pre", { class: "call-args", text: params.content_preview ?? "" }),
+      params.policy_name && !budget
+        ? el("p", { class: "muted", text: `Policy: ${params.policy_name}` })
+        : null,
+      budget
+        ? el("p", {
+            class: "muted",
+            text:
+              params.scope === "user"
+                ? "The owner's daily budget is spent; only staff may raise it."
+                : "The session's budget is spent; the next model call waits.",
+          })
+        : form
+          ? el("p", { class: "muted", text: "Asked by an MCP server during a tool call." })
+          : el("pre", { class: "call-args", text: params.content_preview ?? "" }),
       form?.node,
       buttons,
       error,

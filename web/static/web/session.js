@@ -177,10 +177,17 @@ function drawHeader() {
 // `session.usage` event.
 function drawCost() {
   const usage = session.usage;
+  const budget = session.budget_usd ?? null;
   const node = $("cost");
-  node.hidden = !usage;
-  if (!usage) return;
-  node.textContent = `${formatTokens(usage.total_tokens)} · ${formatUsd(usage.total_cost_usd)}`;
+  node.hidden = !usage && budget === null;
+  // The session's own budget next to what it spent: "$0.12 of $2.50".
+  const of = budget === null ? "" : ` of ${formatUsd(budget)}`;
+  if (!usage) {
+    node.textContent = `$0${of}`;
+    node.title = "budget";
+    return;
+  }
+  node.textContent = `${formatTokens(usage.total_tokens)} · ${formatUsd(usage.total_cost_usd)}${of}`;
   node.title = Object.entries(usage.by_model ?? {})
     .map(([model, used]) => `${model}: ${formatTokens(used.total_tokens)}, ${formatUsd(used.total_cost_usd)}`)
     .join("\n");
