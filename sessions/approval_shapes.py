@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal, NotRequired, cast
 
 from typing_extensions import Doc, TypedDict
 
+from omnigent_runner.budgets import usd_text
+from omnigent_runner.policies import MAX_BUDGET_USD, usd_as_nano
 from omnigent_runner.protocol import PolicyRule
 from omnigent_site.shapes import CursorPage, ObjectList
 from omnigent_site.timeutil import unix
@@ -34,6 +36,9 @@ SUMMARY_CHARS = 200
 SUMMARY_ARGUMENTS = ("command", "path", "file_path", "url", "query")
 
 VerdictAction = Literal["accept", "decline", "cancel"]
+Phase = Literal["tool_call", "budget"]
+# The keys of a budget question's params (usage.md, Budgets), stored as its arguments.
+BUDGET_PARAMS = ("kind", "scope", "budget_usd", "spent_usd", "increment_usd")
 
 
 # --- what a person is asked -------------------------------------------------------------
@@ -70,6 +75,37 @@ def approval_message(tool: str, arguments: dict[str, Any]) -> str:
     return f"Agent wants to run {tool}: `{summary}`. Approve?"
 
 
+def approval_phase(approval: Approval) -> Phase:
+    """``budget`` for a question the runner asked before a model call because a budget
+    was spent (no tool call: ``tool`` is empty and the arguments are its params), else
+    ``tool_call``. Told from the stored row, so no column is needed for it."""
+    arguments = approval.arguments
+    if (
+        approval.tool == ""
+        and approval.requested_schema is None
+        and isinstance(arguments, dict)
+        and arguments.get("kind") == "budget"
+    ):
+        return "budget"
+    return "tool_call"
+
+
+def budget_message(arguments: dict[str, Any]) -> str:
+    """A budget question as a sentence: "Budget reached: spent $0.52 of $0.50 (session).
+    Allow $0.50 more?" """
+
+    def usd(key: str) -> str:
+        value = arguments.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+            return "?"
+        return usd_text(usd_as_nano(value)) if value <= MAX_BUDGET_USD * 1000 else "?"
+
+    scope = arguments.get("scope")
+    where = f" ({scope})" if isinstance(scope, str) and scope else ""
+    spent, budget, more = usd("spent_usd"), usd("budget_usd"), usd("increment_usd")
+    return f"Budget reached: spent {spent} of {budget}{where}. Allow {more} more?"
+
+
 # --- stream events ----------------------------------------------------------------------
 
 
@@ -82,12 +118,20 @@ class ElicitationParams(TypedDict):
         dict[str, Any],
         Doc("{} for a rule's question (the answer is the action); an MCP server's schema"),
     ]
-    phase: Literal["tool_call"]
-    policy_name: Annotated[str | None, Doc("the rule that asked; null for an MCP server")]
+    phase: Annotated[Phase, Doc("budget: a spent budget before a model call (usage.md)")]
+    policy_name: Annotated[
+        str | None, Doc("the rule that asked (budget for a budget); null for an MCP server")
+    ]
     content_preview: Annotated[
         str,
         Doc("the call's arguments as JSON, cut to 1,024 chars; an MCP server's message"),
     ]
+    # A budget question's own params (phase budget only).
+    kind: NotRequired[Literal["budget"]]
+    scope: NotRequired[Literal["session", "user"]]
+    budget_usd: NotRequired[float]
+    spent_usd: NotRequired[float]
+    increment_usd: NotRequired[float]
 
 
 class ElicitationRequestEvent(TypedDict):
@@ -103,22 +147,27 @@ class ElicitationRequestEvent(TypedDict):
 
 
 def elicitation_request_event(approval: Approval) -> ElicitationRequestEvent:
+    phase = approval_phase(approval)
+    params: ElicitationParams = {
+        "mode": "form",
+        "message": approval.message,
+        "requestedSchema": approval.requested_schema or {},
+        "phase": phase,
+        "policy_name": None if approval.requested_schema is not None else approval.policy_name,
+        "content_preview": approval.message[:PREVIEW_CHARS]
+        if approval.requested_schema is not None
+        else content_preview(approval.arguments),
+    }
+    if phase == "budget":
+        extra = {key: approval.arguments[key] for key in BUDGET_PARAMS if key in approval.arguments}
+        params.update(cast(ElicitationParams, extra))
     return {
         "type": "response.elicitation_request",
         "elicitation_id": approval.id,
         "session_id": approval.session_id,
         "response_id": approval.response_id,
         "method": "elicitation/create",
-        "params": {
-            "mode": "form",
-            "message": approval.message,
-            "requestedSchema": approval.requested_schema or {},
-            "phase": "tool_call",
-            "policy_name": None if approval.requested_schema is not None else approval.policy_name,
-            "content_preview": approval.message[:PREVIEW_CHARS]
-            if approval.requested_schema is not None
-            else content_preview(approval.arguments),
-        },
+        "params": params,
     }
 
 

@@ -29,7 +29,7 @@ from omnigent_runner import protocol
 from omnigent_site.domain_errors import InvalidInput, NotFound
 
 from . import selectors, updates, webhook_events
-from .approval_shapes import approval_message
+from .approval_shapes import approval_message, budget_message
 from .eventlog import WriteUnit, record_event
 from .models import Approval, Session, Turn
 from .stream_events import elicitation_request_event, elicitation_resolved_event
@@ -104,6 +104,10 @@ def record_requested(
     seconds = min(event.ask_timeout if event.ask_timeout > 0 else 3600.0, ask_timeout_cap())
     now = timezone.now()
     message = approval_message(tool, arguments)
+    if event.phase == "budget":
+        # No tool call: a spent budget before a model call (usage.md, Budgets).
+        tool = ""
+        message = budget_message(arguments if isinstance(arguments, dict) else {})
     requested_schema: dict[str, Any] | None = None
     question = event.elicitation
     if question is not None:
