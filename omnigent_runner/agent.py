@@ -32,7 +32,7 @@ from omnigent_runner.config import DEFAULT_LLM_HTTP_CLIENT
 from omnigent_runner.executor import CommandRejected, EventSink
 from omnigent_runner.llm import ClientPool
 from omnigent_runner.mcp_servers import McpHub, McpSettings, SharedMcpServers
-from omnigent_runner.protocol import AgentRef, JsonObject, PolicyRule, Verdict
+from omnigent_runner.protocol import AgentRef, Budgets, JsonObject, PolicyRule, Verdict
 from omnigent_runner.tools.changes import ChangeTracker
 from omnigent_runner.tools.tracking import make_tracker
 from omnigent_runner.turn import SessionState, TurnRequest, TurnRunner
@@ -147,6 +147,9 @@ class AgentExecutor:
             policies=list(existing.policies) if existing is not None else [],
             mcp=mcp,
         )
+        if existing is not None:
+            # The budgets the server sent stay until it sends new ones.
+            self._sessions[session_id].budgets = existing.budgets
 
     async def start_turn(
         self,
@@ -193,6 +196,15 @@ class AgentExecutor:
             logger.info("policy.update for session %s, which is not open; ignored", session_id)
             return
         session.policies = list(rules)
+
+    async def update_budgets(self, *, session_id: str, budgets: Budgets) -> None:
+        """The session's budget lines; checked before every model call from the next
+        one, also in a running turn (usage.md, Budgets)."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            logger.info("budgets for session %s, which is not open; ignored", session_id)
+            return
+        session.budgets.update(budgets)
 
     async def approval_verdict(self, *, session_id: str, verdict: Verdict) -> None:
         """Resume the call parked on the verdict, or keep the verdict for when the call

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from omnigent_runner.protocol import AgentRef, AnyEvent, JsonObject, PolicyRule, Verdict
+from omnigent_runner.protocol import AgentRef, AnyEvent, Budgets, JsonObject, PolicyRule, Verdict
 
 
 class CommandRejected(Exception):
@@ -83,6 +83,11 @@ class SessionExecutor(Protocol):
     async def update_policies(self, *, session_id: str, rules: list[PolicyRule]) -> None:
         """``policy.update`` and ``session.open.policies``: the session's effective rules,
         applied from its next tool call (a session that is not open is ignored)."""
+
+    async def update_budgets(self, *, session_id: str, budgets: Budgets) -> None:
+        """``budgets`` of ``session.open``, ``turn.start`` and ``policy.update`` (sent
+        only when the frame carries them): the session's budget lines, checked before
+        every LLM call from the next one (a session that is not open is ignored)."""
 
     async def approval_verdict(self, *, session_id: str, verdict: Verdict) -> None:
         """``approval.verdict`` and each of ``session.open.verdicts``: resume the call

@@ -113,6 +113,7 @@ class PolicyGate:
         self._ask_grace_s = ask_grace_s
         self._pause = pause
         self._questions: dict[str, int] = {}  # call_id -> MCP questions asked so far
+        self._budget_questions = 0  # budget questions of this turn so far
 
     def would_ask(
         self, rules: Sequence[PolicyRule], *, call: FunctionCall, arguments: Mapping[str, Any]
@@ -177,6 +178,29 @@ class PolicyGate:
         if verdict.action == "accept":
             return "accept", dict(verdict.content or {})
         return verdict.action, None
+
+    async def ask_budget(
+        self, *, params: dict[str, Any], reason: str, ask_timeout: float | None
+    ) -> Verdict:
+        """A spent budget before a model call (usage.md), asked like a tool call: the
+        same events, wait, deadline pause and interrupt. There is no call, so each
+        question of the turn has the id ``budget_<n>``; a turn re-run after a restart
+        asks in the same order, so the server answers from its stored verdict."""
+        self._budget_questions += 1
+        question = FunctionCall(call_id=f"budget_{self._budget_questions}", name="", arguments="")
+        return await self._park(
+            question,
+            protocol.ApprovalRequested(
+                response_id=self._rid,
+                call_id=question.call_id,
+                tool="",
+                arguments=params,
+                policy_name="budget",
+                reason=reason,
+                ask_timeout=ask_timeout or DEFAULT_ASK_TIMEOUT,
+                phase="budget",
+            ),
+        )
 
     async def _ask(
         self, call: FunctionCall, arguments: dict[str, Any], rule: PolicyRule

@@ -392,6 +392,11 @@ class ApprovalRequested(Event, tag="approval.requested", kw_only=True, frozen=Tr
     # An MCP server's own question during the call (mcp.md): ``{"message",
     # "requestedSchema"}``; ``policy_name`` is then empty (no rule asked).
     elicitation: JsonObject | None = None
+    # ``budget``: not a tool call but a spent budget before a model call (usage.md);
+    # ``tool`` is then empty, ``call_id`` ``budget_<n>``, ``policy_name`` ``budget`` and
+    # ``arguments`` the question's params ``{kind, scope, budget_usd, spent_usd,
+    # increment_usd}``.
+    phase: Literal["tool_call", "budget"] = "tool_call"
 
 
 class PolicyDenied(Event, tag="policy.denied", kw_only=True, frozen=True):

@@ -568,6 +568,10 @@ class RunnerTunnel:
             # Before any turn.start (commands are handled in order): the rules, and the
             # verdicts the server stored while this runner was away.
             await executor.update_policies(session_id=command.session_id, rules=command.policies)
+            if command.budgets is not None:
+                await executor.update_budgets(
+                    session_id=command.session_id, budgets=command.budgets
+                )
             for verdict in command.verdicts:
                 await executor.approval_verdict(session_id=command.session_id, verdict=verdict)
         elif isinstance(command, TurnStart):
@@ -575,6 +579,11 @@ class RunnerTunnel:
             session_token = logs.session_id_var.set(command.session_id)
             request_token = logs.request_id_var.set(command.request_id)
             try:
+                if command.budgets is not None:
+                    # Before the turn is queued: its first model call sees them.
+                    await executor.update_budgets(
+                        session_id=command.session_id, budgets=command.budgets
+                    )
                 await executor.start_turn(
                     session_id=command.session_id,
                     response_id=command.response_id,
@@ -597,6 +606,10 @@ class RunnerTunnel:
         elif isinstance(command, PolicyUpdate):
             if command.rules is not None:
                 await executor.update_policies(session_id=command.session_id, rules=command.rules)
+            if command.budgets is not None:
+                await executor.update_budgets(
+                    session_id=command.session_id, budgets=command.budgets
+                )
         elif isinstance(command, ApprovalVerdict):
             await executor.approval_verdict(
                 session_id=command.session_id, verdict=command.verdict()

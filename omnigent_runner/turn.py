@@ -24,6 +24,7 @@ from typing import Any
 import openai
 
 from omnigent_runner import gate, protocol
+from omnigent_runner.budgets import SessionBudgets
 from omnigent_runner.bundles import AgentSpec
 from omnigent_runner.coalesce import DEFAULT_DELTA_INTERVAL_MS, DeltaCoalescer
 from omnigent_runner.llm import (
@@ -79,6 +80,9 @@ class SessionState:
     policies: list[protocol.PolicyRule] = field(default_factory=list)
     # The session's MCP servers (mcp.md), when its bundle declares any.
     mcp: McpHub | None = None
+    # The latest budget lines (session.open, turn.start, policy.update); read before
+    # every model call (usage.md, Budgets).
+    budgets: SessionBudgets = field(default_factory=SessionBudgets)
 
     @property
     def busy(self) -> bool:
@@ -274,6 +278,7 @@ class TurnRunner:
                 tools=tools,
                 tool_choice=tool_choice,
             )
+            await self._check_budget(spec)
             calls = await self._ask_model(client, request)
             if not calls:
                 return
@@ -288,6 +293,29 @@ class TurnRunner:
             f"the agent still called tools after {spec.max_iterations} model calls "
             "(executor.max_iterations)",
         )
+
+    async def _check_budget(self, spec: AgentSpec) -> None:
+        """Before every model call: a spent budget stops the turn (``deny``) or asks a
+        person to raise it (``ask``), until no line is spent (usage.md, Budgets). The
+        numbers are the server's latest, so a call may start before the previous one is
+        counted: one call per turn is the most a budget is overshot by."""
+        guardrails = spec.guardrails
+        while (overrun := self.session.budgets.overrun(guardrails)) is not None:
+            if overrun.denies:
+                logger.info("turn %s: stopped, %s", self._rid, overrun.describe())
+                raise TurnFailed("budget_exceeded", overrun.describe())
+            logger.info("turn %s: asking to raise the budget, %s", self._rid, overrun.describe())
+            verdict = await self._policy.ask_budget(
+                params=overrun.params(),
+                reason=overrun.describe(),
+                ask_timeout=guardrails.ask_timeout,
+            )
+            if verdict.action != "accept":
+                answer = "declined" if verdict.action == "decline" else "not approved"
+                raise TurnFailed(
+                    "budget_exceeded", f"{overrun.describe()}; raising it was {answer}"
+                )
+            self.session.budgets.accept(overrun)
 
     async def _ask_model(
         self, client: openai.AsyncOpenAI, request: ModelRequest

@@ -12,11 +12,14 @@ other approval events are with the rest of the session stream's (``stream_events
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal, NotRequired, cast
 
 from typing_extensions import Doc, TypedDict
 
+from omnigent_runner.budgets import usd_text
+from omnigent_runner.policies import MAX_BUDGET_USD, usd_as_nano
 from omnigent_runner.protocol import PolicyRule
 from omnigent_site.shapes import CursorPage, ObjectList
 from omnigent_site.timeutil import unix
@@ -78,7 +81,11 @@ def budget_params(approval: Approval) -> dict[str, Any] | None:
     """A budget question's ``params`` (usage.md, Budgets: ``{kind: "budget", scope,
     budget_usd, spent_usd, increment_usd}``, which the runner sends as the question's
     arguments under ``policy_name: "budget"``); None for any other question."""
-    if approval.policy_name != BUDGET_POLICY or approval.requested_schema is not None:
+    if (
+        approval.policy_name != BUDGET_POLICY
+        or approval.tool != ""
+        or approval.requested_schema is not None
+    ):
         return None
     params = approval.arguments
     if not isinstance(params, dict) or params.get("kind") != "budget":
@@ -87,9 +94,12 @@ def budget_params(approval: Approval) -> dict[str, Any] | None:
 
 
 def _dollars(value: Any) -> str:
+    """An amount the runner sent, exact to the nano-dollar; "?" for anything else."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return "?"
-    return f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}"
+    if not (math.isfinite(value) and 0 <= value <= MAX_BUDGET_USD * 1000):
+        return "?"
+    return usd_text(usd_as_nano(value))
 
 
 def budget_message(params: dict[str, Any]) -> str:

@@ -29,7 +29,7 @@ from omnigent_runner import protocol
 from omnigent_site.domain_errors import InvalidInput, NotFound
 
 from . import budgets, selectors, updates, webhook_events
-from .approval_shapes import BUDGET_POLICY, approval_message, budget_message
+from .approval_shapes import approval_message, budget_message
 from .eventlog import WriteUnit, record_event
 from .models import Approval, Session, Turn
 from .stream_events import elicitation_request_event, elicitation_resolved_event
@@ -106,10 +106,13 @@ def record_requested(
     question = event.elicitation
     message = approval_message(tool, arguments)
     if (
-        event.policy_name == BUDGET_POLICY
-        and question is None
+        question is None
+        and event.phase == "budget"
+        and isinstance(arguments, dict)
         and arguments.get("kind") == "budget"
     ):
+        # No tool call: a spent budget before a model call (usage.md, Budgets).
+        tool = ""
         message = budget_message(arguments)
     requested_schema: dict[str, Any] | None = None
     if question is not None:

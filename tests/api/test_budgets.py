@@ -266,7 +266,8 @@ def budget_question(session_id: str, *, scope: str) -> Approval:
     event = protocol.ApprovalRequested(
         response_id=turn.id,
         call_id="budget_1",
-        tool="budget",
+        tool="",
+        phase="budget",
         arguments={
             "kind": "budget",
             "scope": scope,

@@ -86,7 +86,7 @@ def ask_budget(tmp_path: Path, session_id: str, response_id: str) -> None:
         "from sessions.models import Session, Turn\n"
         f"s = Session.objects.get(pk={session_id!r})\n"
         f"t = Turn.objects.get(session=s, id={response_id!r})\n"
-        "e = protocol.ApprovalRequested(response_id=t.id, call_id='budget_1', tool='budget',"
+        "e = protocol.ApprovalRequested(response_id=t.id, call_id='budget_1', tool='', phase='budget',"
         " arguments={'kind': 'budget', 'scope': 'session', 'budget_usd': 2.5,"
         " 'spent_usd': 2.5123, 'increment_usd': 1.0}, policy_name='budget',"
         " reason='budget spent', ask_timeout=600.0)\n"
@@ -149,7 +149,7 @@ def test_usage_under_answers_in_the_header_and_on_the_usage_page(
     # A budget question's card: its sentence, no call arguments, "Allow more".
     card = page.wait_for_selector("#approvals li.approval.budget")
     assert card.query_selector(".approval-message").inner_text() == (
-        "Budget reached: spent $2.51 of $2.50 (the session's budget) — allow $1.00 more?"
+        "Budget reached: spent $2.5123 of $2.50 (the session's budget) — allow $1.00 more?"
     )
     assert card.query_selector("pre.call-args") is None
     assert card.query_selector("button.approve").inner_text() == "Allow more"

@@ -139,7 +139,8 @@ async def test_an_accepted_budget_question_is_relayed_then_the_raised_budget(
             event=protocol.ApprovalRequested(
                 response_id=turn_start["response_id"],
                 call_id="budget_1",
-                tool="budget",
+                tool="",
+                phase="budget",
                 arguments=params,
                 policy_name="budget",
                 reason="the session's budget is spent",

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import secrets
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -12,6 +15,7 @@ import pytest
 from testing.mockllm import MockLLMServer
 from testing.processes import (
     REDIS_URL,
+    REPO,
     Runner,
     Server,
     base_env,
@@ -159,6 +163,37 @@ def launch_runner(
 def runner(server: Server, workspace: Path, launch_runner: Callable[..., Runner]) -> Runner:
     """A registered runner program connected to ``server``, its LLM the mock."""
     return launch_runner(server, workspace=workspace)
+
+
+# The price file of the priced server (docs/usage.md, Prices), in USD per million tokens.
+PRICES = (
+    "mock-model:\n"
+    "  input_per_million: 1.0\n"
+    "  output_per_million: 2.0\n"
+    "  cache_read_per_million: 0.5\n"
+)
+
+
+@pytest.fixture
+def priced_server(launch_server: Callable[..., Server], tmp_path: Path) -> Server:
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(PRICES)
+    server = launch_server(OMNIGENT_PRICES=str(prices))
+    # The database may be a copy of one migrated before (testing.processes.migrate),
+    # whose migrate-time price load read another environment: load this file now.
+    subprocess.run(
+        [sys.executable, "manage.py", "sync_prices", "--file", str(prices)],
+        cwd=REPO, env={**os.environ, **server_env(tmp_path)}, check=True, capture_output=True,
+        timeout=120,
+    )  # fmt: skip
+    return server
+
+
+@pytest.fixture
+def priced_runner(
+    priced_server: Server, workspace: Path, launch_runner: Callable[..., Runner]
+) -> Runner:
+    return launch_runner(priced_server, workspace=workspace)
 
 
 @pytest.fixture

@@ -5,18 +5,13 @@ the token, and the cost is the price file's."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from testing.mockllm import MockLLMServer
 from testing.processes import (
-    REPO,
     Runner,
     Server,
     bind,
@@ -24,18 +19,11 @@ from testing.processes import (
     send_message,
     wait_turn,
 )
-from tests.e2e.conftest import server_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 OS_ENV = "os_env:\n  type: caller_process\n  cwd: .\n"
 APIS = {"responses": "  api: responses\n", "chat_completions": "  api: chat_completions\n"}
-PRICES = (
-    "mock-model:\n"
-    "  input_per_million: 1.0\n"
-    "  output_per_million: 2.0\n"
-    "  cache_read_per_million: 0.5\n"
-)
 WRITE_NOTE = {
     "call_id": "call_note",
     "name": "sys_os_write",
@@ -44,30 +32,8 @@ WRITE_NOTE = {
 # Provider counts (cached tokens are part of input_tokens, as providers report them).
 FIRST = {"input_tokens": 1000, "cached_tokens": 400, "output_tokens": 50}
 SECOND = {"input_tokens": 1500, "cached_tokens": 1000, "output_tokens": 100, "reasoning_tokens": 20}
-# (600 × 1 + 400 × 0.5 + 50 × 2) + (500 × 1 + 1000 × 0.5 + 100 × 2) micro-dollars.
+# The conftest's PRICES: (600 × 1 + 400 × 0.5 + 50 × 2) + (500 × 1 + 1000 × 0.5 + 100 × 2) micro-dollars.
 COST_USD = (900 + 1200) / 1e6
-
-
-@pytest.fixture
-def priced_server(launch_server: Callable[..., Server], tmp_path: Path) -> Server:
-    prices = tmp_path / "prices.yaml"
-    prices.write_text(PRICES)
-    server = launch_server(OMNIGENT_PRICES=str(prices))
-    # The database may be a copy of one migrated before (testing.processes.migrate),
-    # whose migrate-time price load read another environment: load this file now.
-    subprocess.run(
-        [sys.executable, "manage.py", "sync_prices", "--file", str(prices)],
-        cwd=REPO, env={**os.environ, **server_env(tmp_path)}, check=True, capture_output=True,
-        timeout=120,
-    )  # fmt: skip
-    return server
-
-
-@pytest.fixture
-def priced_runner(
-    priced_server: Server, workspace: Path, launch_runner: Callable[..., Runner]
-) -> Runner:
-    return launch_runner(priced_server, workspace=workspace)
 
 
 def get(server: Server, path: str) -> Any:

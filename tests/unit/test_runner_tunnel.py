@@ -27,7 +27,7 @@ from omnigent_runner.agent import AgentExecutor
 from omnigent_runner.config import RunnerConfig
 from omnigent_runner.executor import CommandRejected, EventSink
 from omnigent_runner.identity import derive_runner_id
-from omnigent_runner.protocol import AgentRef, PolicyRule, Pong, Verdict
+from omnigent_runner.protocol import AgentRef, BudgetLine, Budgets, PolicyRule, Pong, Verdict
 from omnigent_runner.tunnel import TOKEN_HEADER, RunnerTunnel
 
 pytestmark = pytest.mark.timeout(30)
@@ -85,6 +85,9 @@ class RecordingExecutor:
 
     async def update_policies(self, *, session_id: str, rules: list[PolicyRule]) -> None:
         await self._record("update_policies", session_id=session_id, rules=rules)
+
+    async def update_budgets(self, *, session_id: str, budgets: Budgets) -> None:
+        await self._record("update_budgets", session_id=session_id, budgets=budgets)
 
     async def approval_verdict(self, *, session_id: str, verdict: Verdict) -> None:
         await self._record("approval_verdict", session_id=session_id, verdict=verdict)
@@ -348,6 +351,52 @@ async def test_commands_are_dispatched_and_acked_in_order(
             },
         ),
         ("close_session", {"session_id": "s1"}),
+    ]
+
+
+async def test_budgets_reach_the_executor_and_a_budgets_only_update_keeps_the_rules(
+    server: FakeServer, start_tunnel: StartTunnel, executor: RecordingExecutor
+) -> None:
+    """usage.md: budgets come in session.open, turn.start and policy.update; a frame
+    without them changes nothing, and a policy.update with only budgets keeps the rules."""
+    await start_tunnel()
+    ws = await server.accept()
+    await handshake(ws)
+    line = {"scope": "session", "limit_nano": 10, "spent_nano": 3}
+    user_line = {"scope": "user", "limit_nano": 50, "spent_nano": 7, "on_budget": "deny"}
+    agent = {"id": "a1", "version": 1, "bundle_b64": ""}
+    commands = [
+        {
+            "type": "session.open",
+            "id": "b1",
+            "session_id": "s1",
+            "agent": agent,
+            "budgets": {"session": line},
+        },
+        {
+            "type": "turn.start",
+            "id": "b2",
+            "session_id": "s1",
+            "response_id": "r1",
+            "budgets": {"session": line, "user": user_line},
+        },
+        {"type": "policy.update", "id": "b3", "session_id": "s1", "budgets": {"user": user_line}},
+        {"type": "turn.start", "id": "b4", "session_id": "s1", "response_id": "r2"},
+    ]
+    for command in commands:
+        await send_frame(ws, command)
+    for command in commands:
+        assert await recv_frame(ws) == {"type": "ack", "id": command["id"]}
+    session_line = BudgetLine(scope="session", limit_nano=10, spent_nano=3)
+    user = BudgetLine(scope="user", limit_nano=50, spent_nano=7, on_budget="deny")
+    assert [(name, kwargs.get("budgets")) for name, kwargs in executor.calls] == [
+        ("open_session", None),
+        ("update_policies", None),
+        ("update_budgets", Budgets(session=session_line)),
+        ("update_budgets", Budgets(session=session_line, user=user)),
+        ("start_turn", None),
+        ("update_budgets", Budgets(user=user)),
+        ("start_turn", None),
     ]
 
 
