@@ -334,22 +334,39 @@ class TurnWatch:
     def __init__(self) -> None:
         self.logs: dict[str, list[tuple[str, str, float]]] = {}
         self.waiting: dict[str, tuple[str, asyncio.Future[float]]] = {}
-        # The longest silence on each session's stream while its turn ran (from the
-        # POST to the first event, and between events): a stall shows up here.
+        # The longest silence on each session's stream while its turn ran, between two
+        # of its events (a stall shows up here), and apart from it the wait from the
+        # POST to the turn's first event (the queue of a round's POSTs shows up there).
         self.last_seen: dict[str, float] = {}
         self.max_gap: dict[str, float] = {}
+        self.first_wait: dict[str, float] = {}
+        self.seen_any: set[str] = set()
+        self.last_type: dict[str, str] = {}
+        self.gap_between: dict[str, tuple[str, str]] = {}
+
+    def longest_gap_between(self) -> str:
+        """The two event types around the longest stall of all streams."""
+        session_id = max(self.max_gap, key=lambda k: self.max_gap[k])
+        return " -> ".join(self.gap_between.get(session_id, ("", "")))
 
     def reset(self, session_id: str) -> None:
         self.logs[session_id] = []
         self.waiting.pop(session_id, None)
         self.last_seen[session_id] = time.perf_counter()
         self.max_gap[session_id] = 0.0
+        self.first_wait[session_id] = 0.0
+        self.seen_any.discard(session_id)
 
     def listener(self, session_id: str) -> Any:
         def on_event(event_type: str, data: str, t_recv: float) -> None:
-            if session_id in self.waiting:
-                gap = t_recv - self.last_seen.get(session_id, t_recv)
-                self.max_gap[session_id] = max(self.max_gap.get(session_id, 0.0), gap)
+            gap = t_recv - self.last_seen.get(session_id, t_recv)
+            if session_id not in self.seen_any:
+                self.first_wait[session_id] = gap
+                self.seen_any.add(session_id)
+            elif session_id in self.waiting and gap > self.max_gap.get(session_id, 0.0):
+                self.max_gap[session_id] = gap
+                self.gap_between[session_id] = (self.last_type.get(session_id, ""), event_type)
+            self.last_type[session_id] = event_type
             self.last_seen[session_id] = t_recv
             if event_type in TURN_END:
                 self.logs.setdefault(session_id, []).append(
@@ -978,6 +995,8 @@ async def stream_rounds(
                         "turns_per_s": round(n / wall, 2),
                         "turn": summary_ms(results),
                         "max_stream_stall_ms": round(max(watch.max_gap.values()) * 1000, 1),
+                        "max_first_event_ms": round(max(watch.first_wait.values()) * 1000, 1),
+                        "max_stream_stall_between": watch.longest_gap_between(),
                         "stream_events_per_turn": per_x(sum(s.events for s in streams) - e0, n),
                         "stream_bytes_per_turn": per_x(sum(s.bytes for s in streams) - b0, n, 1),
                         **counters,
@@ -1195,6 +1214,7 @@ def flatten(run: dict[str, Any]) -> dict[str, float]:
                 "stream_events_per_turn",
                 "stream_bytes_per_turn",
                 "max_stream_stall_ms",
+                "max_first_event_ms",
             ):
                 put(f"{base}.{key}", rnd.get(key))
     return flat
