@@ -1,7 +1,8 @@
 """The web page in a real browser (Debian's chromium through Playwright) against a real
 daphne, a real runner and the mock LLM (shared/spec/web.md).
 
-The screenshots in docs/images/ are taken here (``OMNIGENT_SCREENSHOTS=1`` writes them);
+The screenshots in docs/images/ are taken here (``OMNIGENT_SCREENSHOTS=1`` writes them;
+web-usage.png in test_usage_page.py);
 the pictures of a conversation come from an ordinary one, never from the tests that put
 hostile text on the page.
 """
@@ -219,14 +220,16 @@ ANSWER = (
 
 def test_an_ordinary_conversation_for_the_pictures(
     browser: Any,
-    server: Server,
-    runner: Runner,
+    priced_server: Server,
+    priced_runner: Runner,
     mock_llm: MockLLMServer,
     make_bundle: Callable[..., bytes],
 ) -> None:
     """A conversation as people have them: a request, a file written, an answer in
-    Markdown with a list and inline code; the session, the list and the read-only phone
-    view as the README and docs/web.md show them."""
+    Markdown with a list and inline code, its cost against the session's budget; the
+    session, the list (one session pinned) and the read-only phone view as the README
+    and docs/web.md show them."""
+    server, runner = priced_server, priced_runner
     for title in ("Summarise last week's meeting notes", "Fix the failing date parser test"):
         other = create_session(server, make_bundle("file-helper", extra=OS_ENV), title=title)
     with server.client() as client:  # pinned: the sidebar shows it first, under "Pinned"
@@ -235,6 +238,9 @@ def test_an_ordinary_conversation_for_the_pictures(
         server, make_bundle("file-helper", extra=OS_ENV), title="A README for the notes folder"
     )
     bind(server, session_id, runner.runner_id)
+    with server.client() as client:
+        budgeted = client.patch(f"/v1/sessions/{session_id}", json={"budget_usd": 2.5})
+        assert budgeted.status_code == 200, budgeted.text
     notes = runner.workspace / "notes"
     notes.mkdir()
     (notes / "2026-11-30.md").write_text("# Week of 30 November\n")
@@ -272,11 +278,19 @@ def test_an_ordinary_conversation_for_the_pictures(
     added = page.eval_on_selector_all("#diff tr.add td.code", "ns => ns.map(n => n.textContent)")
     assert added == ["+" + line for line in README_CONTENT.splitlines()]
     page.wait_for_selector(f"#side-list li.side-row[data-id='{other}'][data-pinned='1']")
+    # The header's cost is priced and set against the budget (docs/usage.md).
+    page.wait_for_function(
+        "() => /\\$0\\.\\d+ of \\$2\\.50$/.test(document.getElementById('cost').innerText)"
+    )
     shot(page, "web-session")
 
     page.goto(f"{server.url}/")
     page.wait_for_selector(f"li.session-row[data-id='{session_id}']")
     assert page.locator("li.session-row").count() == 3
+    pinned_rows = page.eval_on_selector_all(
+        "li.session-row:has(.pinned-mark)", "ns => ns.map(n => n.dataset.id)"
+    )
+    assert pinned_rows == [other]  # the picture shows the marker
     shot(page, "web-sessions")
 
     with server.client() as client:
@@ -415,6 +429,11 @@ def test_an_answer_cut_off_mid_stream_stays_on_the_page_marked_incomplete(
     page.wait_for_selector("body[data-ready='1']")
     stored = page.wait_for_selector("#transcript li.entry.assistant.incomplete .bubble")
     assert stored.inner_text() == live_text
+    # The picture once the page has read everything: the turn's usage line (from
+    # `…/responses`), the sidebar's count and the inbox's.
+    page.wait_for_selector("#transcript li.usage-line")
+    page.wait_for_selector(f"#side-list li[data-id='{session_id}'] .side-count")
+    page.wait_for_selector("#inbox-count:not([hidden])")
     shot(page, "web-incomplete-answer")
     context.close()
 
@@ -475,14 +494,12 @@ def test_approve_decline_attach_edit_a_file_and_fork(
             {"tool_calls": [{"call_id": "c2", "name": "sys_os_write",
                              "arguments": {"path": "no.txt", "content": "declined\n"}}]},
             {"text": "Both asked."},
+            {"text": "Noted."},
         ]
     )  # fmt: skip
     notes = tmp_path / "notes.txt"
     notes.write_text("attached notes for the agent\n")
-    # A file name is text too, never markup (XSS holds no path separator).
-    hostile = tmp_path / f"{XSS}.txt"
-    hostile.write_text("a file with a hostile name\n")
-    page.set_input_files("#attach", [str(notes), str(hostile)])
+    page.set_input_files("#attach", [str(notes)])
     send(page, "Write two files")
     first = page.wait_for_selector("#approvals li.approval")
     assert "yes.txt" in first.inner_text()
@@ -504,6 +521,17 @@ def test_approve_decline_attach_edit_a_file_and_fork(
     # The attachment went to the model with the message, and shows in the transcript.
     first_request = json.dumps(mock_llm.requests[0])
     assert "notes.txt" in first_request
+    # A file name is text too, never markup (XSS holds no path separator). Sent after the
+    # picture of the approval card, which shows an ordinary conversation.
+    hostile = tmp_path / f"{XSS}.txt"
+    hostile.write_text("a file with a hostile name\n")
+    page.set_input_files("#attach", [str(hostile)])
+    send(page, "One more file")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#transcript .entry.assistant .bubble')]"
+        ".some(n => n.innerText.includes('Noted.'))"
+    )
+    page.wait_for_selector("#status[data-status=idle]")
     attached = page.locator("#transcript .attachments a")
     assert attached.count() == 2
     assert attached.nth(0).inner_text().endswith("notes.txt")

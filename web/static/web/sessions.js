@@ -3,7 +3,8 @@
 // (GET /v1/sessions?search_query=, debounced): titles and what was said; a result opens
 // its session at the first matching item. "Show: Archived" (`?view=archived`) lists the
 // archived sessions instead (`archived=1`); each row's ⋯ menu pins, archives or
-// unarchives and deletes (session_menu.js).
+// unarchives and deletes (session_menu.js). A row the user pinned says "Pinned"; a pin
+// made anywhere (the session page's sidebar, another tab) arrives as `session.updated`.
 import { api, get } from "./api.js";
 import { rowMenu } from "./session_menu.js";
 import { EventStream } from "./sse.js";
@@ -121,11 +122,17 @@ function item(row) {
   if (row.search_item_id) href += `#item-${encodeURIComponent(row.search_item_id)}`;
   return el(
     "li",
-    { class: "session-row", dataset: { id: row.id, status: row.status } },
+    { class: "session-row", dataset: { id: row.id, status: row.status, pinned: row.pinned ? "1" : "0" } },
     el(
       "a",
       { href, class: "row-link" },
-      el("span", { class: "row-title", text: title }),
+      el(
+        "span",
+        { class: "row-head" },
+        el("span", { class: "row-title", text: title }),
+        // A word, not only a colour or a glyph: the link's name then says it too.
+        row.pinned ? el("span", { class: "badge pinned-mark", title: "Pinned in your list", text: "Pinned" }) : null,
+      ),
       el("span", { class: "row-agent", text: row.agent_name }),
       row.search_snippet ? snippet(row.search_snippet) : null,
     ),
