@@ -218,6 +218,33 @@ async def test_function_call_output_when_the_tunnel_drops_is_503_after_the_recon
     assert time.monotonic() - started < 5.0
 
 
+async def test_a_function_call_output_whose_tunnel_drops_is_sent_again_when_the_runner_reconnects(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str], settings: Any
+) -> None:
+    """The tool result follows the runner to its next tunnel (a re-sent ``tool_result``
+    never runs twice: tunnel.md), and the client gets its 202."""
+    settings.OMNIGENT_RUNNER_RECONNECT_WAIT_S = 30.0
+    runner, token = runner_token
+    first = await stubs.online(token)
+    await bind(session, runner)
+    pending = start(post_event(session.id, tool_output()))
+    lost = await first.expect("tool_result")  # never acknowledged on this tunnel
+    await first.drop()
+    second = await stubs.online(token)
+    results: list[dict[str, Any]] = []
+    async with asyncio.timeout(30):
+        while not pending.done():
+            try:
+                frame = await second.recv(timeout=0.2)
+            except TimeoutError:
+                continue
+            if frame["type"] == "tool_result":
+                results.append(frame)
+            await second.ack(frame)
+    assert [(r["call_id"], r["output"]) for r in results] == [(lost["call_id"], lost["output"])]
+    assert body_of(await pending, 202) == {"queued": True, "item_id": "call_42"}
+
+
 async def test_function_call_output_nacked_is_503(
     stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
 ) -> None:
