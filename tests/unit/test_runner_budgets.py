@@ -92,6 +92,9 @@ async def test_deny_stops_before_the_call(
     assert error == {
         "code": "budget_exceeded",
         "message": "the session budget is spent: $0.001 of $0.001",
+        "scope": "session",
+        "budget_usd": 0.001,
+        "spent_usd": 0.001,
     }
     assert mock.requests == []
     assert sink.of("usage.recorded") == []
@@ -117,6 +120,7 @@ async def test_the_call_that_crosses_the_line_is_the_last(
     error = await failure(sink)
     assert error["code"] == "budget_exceeded"
     assert error["message"] == "the user budget is spent: $0.0000065 of $0.000005"
+    assert (error["scope"], error["budget_usd"], error["spent_usd"]) == ("user", 5e-06, 6.5e-06)
     assert len(mock.requests) == 1
     assert sink.of("approval.requested") == []  # the line's own on_budget beat the bundle's ask
 
@@ -220,6 +224,9 @@ async def test_decline_or_cancel_fails_the_turn(
     assert error == {
         "code": "budget_exceeded",
         "message": f"the user budget is spent: $0.0000001 of $0.0000001; raising it was {answer}",
+        "scope": "user",
+        "budget_usd": 1e-07,
+        "spent_usd": 1e-07,
     }
     assert mock.requests == []
 
@@ -297,6 +304,9 @@ async def test_a_zero_bundle_budget_with_no_increment_denies_even_with_ask(
     assert error == {
         "code": "budget_exceeded",
         "message": "the session budget is spent: $0.00 of $0.00",
+        "scope": "session",
+        "budget_usd": 0.0,
+        "spent_usd": 0.0,
     }
     assert sink.of("approval.requested") == []
     assert mock.requests == []
