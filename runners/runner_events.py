@@ -364,26 +364,22 @@ def _store_message(
 
 def fail_turn(*, session_id: str, response_id: str, code: str, message: str) -> None:
     """End one turn as failed and make the session show the error."""
-    error = {"code": code, "message": message}
-    with transaction.atomic():
-        session = Session.objects.select_for_update().select_related("agent").get(pk=session_id)
-        response = Turn.objects.filter(id=response_id, session=session).first()
-        if response is not None:
-            _finish_turn(
-                response,
-                status=Turn.Status.FAILED,
-                error=error,
-                model=session.agent.model,
-                agent=session.agent.name,
-            )
-        _set_session_state(session, status=Session.Status.FAILED, response_id=None, error=error)
+    _fail_turns(session_id=session_id, error={"code": code, "message": message}, only=response_id)
 
 
 def fail_open_turns(*, session_id: str, code: str, message: str) -> None:
-    error = {"code": code, "message": message}
+    _fail_turns(session_id=session_id, error={"code": code, "message": message})
+
+
+def _fail_turns(*, session_id: str, error: dict[str, str], only: str | None = None) -> None:
+    """End the session's open turns (or just ``only``) as failed; the session shows
+    ``error``."""
     with transaction.atomic():
         session = Session.objects.select_for_update().select_related("agent").get(pk=session_id)
-        for response in Turn.objects.filter(session=session, status__in=Turn.OPEN_STATUSES):
+        turns = Turn.objects.filter(session=session, status__in=Turn.OPEN_STATUSES)
+        if only is not None:
+            turns = turns.filter(id=only)
+        for response in turns:
             _finish_turn(
                 response,
                 status=Turn.Status.FAILED,
