@@ -22,7 +22,7 @@ import pytest
 from testing.mockllm import MockLLMServer
 from testing.processes import Runner, Server, base_env, bind, create_session, send_message
 from testing.processes import wait_turn as wait_turn_on
-from tests.e2e.conftest import sync_prices
+from tests.e2e.conftest import PRICES, sync_prices
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(420)]
 
@@ -30,12 +30,6 @@ SESSIONS = 20
 TURNS = 3
 API = ("  api: responses\n", "  api: chat_completions\n")
 OS_ENV = "os_env:\n  type: caller_process\n  cwd: .\n"
-PRICES = (
-    "mock-model:\n"
-    "  input_per_million: 1.0\n"
-    "  output_per_million: 2.0\n"
-    "  cache_read_per_million: 0.5\n"
-)
 TOKENS = (
     "input_tokens",
     "output_tokens",
