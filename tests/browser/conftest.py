@@ -15,6 +15,7 @@ from tests.e2e.conftest import (  # noqa: F401 - the real server and runner fixt
     launch_runner,
     launch_server,
     price_table,
+    priced_runner,
     priced_server,
     runner,
     server,
