@@ -26,6 +26,7 @@ import contextlib
 import resource
 import sys
 import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import httpx
@@ -177,6 +178,31 @@ async def idle_streams(srv: Server, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def run_part(
+    args: argparse.Namespace,
+    *,
+    count: int,
+    noun: str,
+    what: str,
+    measure: Callable[[Server, argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]],
+) -> dict[str, Any]:
+    """One part on its own fresh server process: its heading, its numbers (``measure``'s,
+    with ``kib_per_<noun>``) and a line that sums them up."""
+    with contextlib.ExitStack() as stack:
+        srv = server(stack, args, f"daphne-{noun}s")
+        print(f"== {count} {what} on one daphne (SQLite)", flush=True)
+        part = asyncio.run(measure(srv, args))
+    print(
+        f"   connected in {part['connect_s']} s; RSS {part['rss_before_mib']} → "
+        f"{part['rss_connected_mib']} MiB ({part[f'kib_per_{noun}']} KiB each); "
+        f"idle CPU {part['idle_core_share'] * 100:.1f} % of a core "
+        f"({part['idle_cpu_ms_per_connection_minute']} ms per {noun}-minute); "
+        f"{part['open_at_end']} open at the end",
+        flush=True,
+    )
+    return part
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runners", type=int, default=10_000, help="idle runner tunnels")
@@ -189,32 +215,12 @@ def main() -> int:
     files = open_files_limit(max(args.runners, args.streams) * 2 + 1024)
     result: dict[str, Any] = {"bench": "scale", **env_summary(), "open_files_limit": files}
     if args.runners:
-        with contextlib.ExitStack() as stack:
-            srv = server(stack, args, "daphne-runners")
-            print(f"== {args.runners} idle runners on one daphne (SQLite)", flush=True)
-            runners = asyncio.run(idle_runners(srv, args))
-        result["idle_runners"] = runners
-        print(
-            f"   connected in {runners['connect_s']} s; RSS {runners['rss_before_mib']} → "
-            f"{runners['rss_connected_mib']} MiB ({runners['kib_per_runner']} KiB each); "
-            f"idle CPU {runners['idle_core_share'] * 100:.1f} % of a core "
-            f"({runners['idle_cpu_ms_per_connection_minute']} ms per runner-minute); "
-            f"{runners['open_at_end']} open at the end",
-            flush=True,
+        result["idle_runners"] = run_part(
+            args, count=args.runners, noun="runner", what="idle runners", measure=idle_runners
         )
     if args.streams:
-        with contextlib.ExitStack() as stack:
-            srv = server(stack, args, "daphne-streams")
-            print(f"== {args.streams} open streams on one daphne (SQLite)", flush=True)
-            streams = asyncio.run(idle_streams(srv, args))
-        result["idle_streams"] = streams
-        print(
-            f"   connected in {streams['connect_s']} s; RSS {streams['rss_before_mib']} → "
-            f"{streams['rss_connected_mib']} MiB ({streams['kib_per_stream']} KiB each); "
-            f"idle CPU {streams['idle_core_share'] * 100:.1f} % of a core "
-            f"({streams['idle_cpu_ms_per_connection_minute']} ms per stream-minute); "
-            f"{streams['open_at_end']} open at the end",
-            flush=True,
+        result["idle_streams"] = run_part(
+            args, count=args.streams, noun="stream", what="open streams", measure=idle_streams
         )
     final_json(result)
     return 0

@@ -23,13 +23,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Literal
+from typing import Literal, TypedDict
 
 from omnigent_runner.policies import NANO_PER_USD, Guardrails, nano_as_usd
 from omnigent_runner.protocol import BudgetLine, Budgets
 
 Scope = Literal["session", "user"]
 OnBudget = Literal["ask", "deny"]
+
+
+class BudgetAmounts(TypedDict):
+    scope: Scope
+    budget_usd: float
+    spent_usd: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,13 +61,20 @@ class Overrun:
             f"{usd_text(self.limit_nano)}"
         )
 
+    def amounts(self) -> BudgetAmounts:
+        """The budget and what is spent of it, as a ``budget_exceeded`` error carries
+        them beside its message (protocol.md, Budgets)."""
+        return {
+            "scope": self.scope,
+            "budget_usd": nano_as_usd(self.limit_nano),
+            "spent_usd": nano_as_usd(self.spent_nano),
+        }
+
     def params(self) -> dict[str, object]:
         """The question's ``params`` (approval ``arguments``) as usage.md names them."""
         return {
             "kind": "budget",
-            "scope": self.scope,
-            "budget_usd": nano_as_usd(self.limit_nano),
-            "spent_usd": nano_as_usd(self.spent_nano),
+            **self.amounts(),
             "increment_usd": nano_as_usd(self.increment_nano),
         }
 

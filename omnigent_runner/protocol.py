@@ -111,6 +111,12 @@ class ErrorInfo(Struct, frozen=True, kw_only=True):
 
     code: str = ""
     message: str = ""
+    # A runner's ``budget_exceeded`` failure names the budget it stopped at (usage.md,
+    # Budgets): ``session``|``user``, and the limit and the spend in USD. Left out of
+    # the frame otherwise; an older server ignores them, an older runner sends none.
+    scope: str | UnsetType = UNSET
+    budget_usd: float | UnsetType = UNSET
+    spent_usd: float | UnsetType = UNSET
 
 
 class AgentRef(Struct, frozen=True, kw_only=True):

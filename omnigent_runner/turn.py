@@ -24,7 +24,7 @@ from typing import Any
 import openai
 
 from omnigent_runner import gate, protocol
-from omnigent_runner.budgets import SessionBudgets
+from omnigent_runner.budgets import BudgetAmounts, SessionBudgets
 from omnigent_runner.bundles import AgentSpec
 from omnigent_runner.coalesce import DEFAULT_DELTA_INTERVAL_MS, DeltaCoalescer
 from omnigent_runner.llm import (
@@ -92,10 +92,12 @@ class SessionState:
 class TurnFailed(Exception):
     """Ends the turn as ``failed`` with ``code`` (agents.md failure codes)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, *, budget: BudgetAmounts | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        # A ``budget_exceeded`` failure's budget, sent in the error beside the message.
+        self.budget = budget
 
 
 def new_item_id() -> str:
@@ -178,7 +180,9 @@ class TurnRunner:
             else:
                 limit = self.session.spec.timeout if self.session.spec else 0
                 await self._fail("timeout", f"the turn did not finish within {limit:g} seconds")
-        except (TurnFailed, LLMError) as exc:
+        except TurnFailed as exc:
+            await self._fail(exc.code, exc.message, budget=exc.budget)
+        except LLMError as exc:
             await self._fail(exc.code, exc.message)
         except Exception as exc:
             logger.exception("turn %s of session %s failed", self._rid, self.session.session_id)
@@ -194,11 +198,15 @@ class TurnRunner:
             )
         return self.session.spec
 
-    async def _fail(self, code: str, message: str) -> None:
+    async def _fail(self, code: str, message: str, *, budget: BudgetAmounts | None = None) -> None:
         logger.info("turn %s failed: %s: %s", self._rid, code, message)
         self._settle_unanswered(f"the turn failed before the tool finished ({code})")
         await self._report_turn_end()
-        error = protocol.ErrorInfo(code=code, message=message)
+        error = (
+            protocol.ErrorInfo(code=code, message=message)
+            if budget is None
+            else protocol.ErrorInfo(code=code, message=message, **budget)
+        )
         self._finish(protocol.ResponseFailed(response_id=self._rid, error=error), "failed")
 
     def _finish(self, terminal: protocol.TurnEnd, status: protocol.StatusName) -> None:
@@ -303,7 +311,7 @@ class TurnRunner:
         while (overrun := self.session.budgets.overrun(guardrails)) is not None:
             if overrun.denies:
                 logger.info("turn %s: stopped, %s", self._rid, overrun.describe())
-                raise TurnFailed("budget_exceeded", overrun.describe())
+                raise TurnFailed("budget_exceeded", overrun.describe(), budget=overrun.amounts())
             logger.info("turn %s: asking to raise the budget, %s", self._rid, overrun.describe())
             verdict = await self._policy.ask_budget(
                 params=overrun.params(),
@@ -313,7 +321,9 @@ class TurnRunner:
             if verdict.action != "accept":
                 answer = "declined" if verdict.action == "decline" else "not approved"
                 raise TurnFailed(
-                    "budget_exceeded", f"{overrun.describe()}; raising it was {answer}"
+                    "budget_exceeded",
+                    f"{overrun.describe()}; raising it was {answer}",
+                    budget=overrun.amounts(),
                 )
             self.session.budgets.accept(overrun)
 

@@ -18,7 +18,14 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
-from omnigent_runner.protocol import AnyCommand, Budgets, ToolResult, TurnInterrupt, TurnStart
+from omnigent_runner.protocol import (
+    AnyCommand,
+    Budgets,
+    ToolResult,
+    TunnelReply,
+    TurnInterrupt,
+    TurnStart,
+)
 from omnigent_site.domain_errors import AgentUnavailable, RunnerUnavailable
 from sessions import approvals, budgets
 from sessions import files as session_files
@@ -95,6 +102,37 @@ async def _runner_back_after(exc: RelayError, runner: Runner) -> Runner | None:
         after_generation=runner.generation,
         deadline=asyncio.get_running_loop().time() + window,
     )
+
+
+async def _send_following_runner(
+    *,
+    runner: Runner,
+    command: AnyCommand,
+    before_each: Callable[[Runner], Awaitable[None]] | None = None,
+    on_back: Callable[[], None] | None = None,
+) -> TunnelReply:
+    """Send ``command`` to ``runner``; when its tunnel is lost on the way, send it again
+    on the runner's next tunnel, across up to ``_MAX_RESENDS`` tunnels (a flapping link).
+
+    ``before_each``: awaited before every try with the runner of that try (a message's
+    ``session.open`` on a tunnel that has not had it). ``on_back``: called when the
+    runner is back and the command goes out again. Returns the runner's reply; raises
+    the last :class:`RelayError` once the failure is final."""
+    resends = 0
+    while True:
+        try:
+            if before_each is not None:
+                await before_each(runner)
+            return await send_command(
+                channel_name=runner.channel_name, command=command, still_there=_still_on(runner)
+            )
+        except RelayError as exc:
+            back = await _runner_back_after(exc, runner) if resends < _MAX_RESENDS else None
+            if back is None:
+                raise
+            if on_back is not None:
+                on_back()
+            runner, resends = back, resends + 1
 
 
 def _still_on(runner: Runner) -> Callable[[], Awaitable[bool]]:
@@ -250,33 +288,26 @@ async def deliver_message(*, session: Session, accepted: AcceptedMessage) -> dic
     runner, response = accepted.runner, accepted.response
     if not accepted.started:
         return {"queued": True, "item_id": accepted.item.id, "response_id": response.id}
-    for resend in range(_MAX_RESENDS + 1):
-        try:
-            await _ensure_open(session, runner, response.id)
-            await send_command(
-                channel_name=runner.channel_name,
-                command=accepted.command,
-                still_there=_still_on(runner),
-            )
-            break
-        except RelayError as exc:
-            back = await _runner_back_after(exc, runner) if resend < _MAX_RESENDS else None
-            if back is not None:
-                log.info(
-                    "turn %s of %s: the runner is back; sending it again", response.id, session.id
-                )
-                runner = back
-                continue
-            log.warning("turn %s of %s not delivered: %s", response.id, session.id, exc.message)
-            await sync_to_async(runner_events.fail_turn)(
-                session_id=session.id,
-                response_id=response.id,
-                code="runner_unreachable",
-                message=f"the runner did not accept the turn: {exc.message}",
-            )
-            raise RunnerUnavailable(
-                f"the runner did not accept the message: {exc.message}"
-            ) from exc
+
+    async def open_session(on: Runner) -> None:
+        await _ensure_open(session, on, response.id)
+
+    def note_back() -> None:
+        log.info("turn %s of %s: the runner is back; sending it again", response.id, session.id)
+
+    try:
+        await _send_following_runner(
+            runner=runner, command=accepted.command, before_each=open_session, on_back=note_back
+        )
+    except RelayError as exc:
+        log.warning("turn %s of %s not delivered: %s", response.id, session.id, exc.message)
+        await sync_to_async(runner_events.fail_turn)(
+            session_id=session.id,
+            response_id=response.id,
+            code="runner_unreachable",
+            message=f"the runner did not accept the turn: {exc.message}",
+        )
+        raise RunnerUnavailable(f"the runner did not accept the message: {exc.message}") from exc
     return {"queued": True, "item_id": accepted.item.id, "response_id": response.id}
 
 
@@ -285,19 +316,12 @@ async def forward_tool_result(*, session: Session, call_id: str, output: str) ->
     await wait_for_reconnecting_runner(session=session)
     runner = _runner_or_503(session)
     command = ToolResult(session_id=session.id, call_id=call_id, output=output)
-    for resend in range(_MAX_RESENDS + 1):
-        try:
-            await send_command(
-                channel_name=runner.channel_name, command=command, still_there=_still_on(runner)
-            )
-            break
-        except RelayError as exc:
-            back = await _runner_back_after(exc, runner) if resend < _MAX_RESENDS else None
-            if back is None:
-                raise RunnerUnavailable(
-                    f"the runner did not accept the tool result: {exc.message}"
-                ) from exc
-            runner = back
+    try:
+        await _send_following_runner(runner=runner, command=command)
+    except RelayError as exc:
+        raise RunnerUnavailable(
+            f"the runner did not accept the tool result: {exc.message}"
+        ) from exc
     return {"queued": True, "item_id": call_id}
 
 

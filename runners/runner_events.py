@@ -13,12 +13,13 @@ import base64
 import functools
 import logging
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 from asgiref.sync import async_to_sync
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from msgspec import UnsetType
 
 from omnigent_runner import protocol
 from omnigent_site import metrics
@@ -71,6 +72,8 @@ from .relay import post_command
 from .verdicts import post_verdicts
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 ITEM_HEADER_KEYS = {"id", "type", "status", "response_id", "created_at", "created_by"}
 TURN_END_STATUS: dict[type[protocol.TurnEnd], str] = {
@@ -208,7 +211,11 @@ def _finish_turn(
     model: str,
     agent: str,
     unit: WriteUnit | None = None,
+    reported: protocol.ErrorInfo | None = None,
 ) -> None:
+    """End an open turn. ``reported``: the runner's own error, whose budget (a
+    ``budget_exceeded`` failure's scope and amounts, when it names them) goes into the
+    ``budget.exceeded`` webhook event."""
     if not response.is_open:
         return
     response.status = status
@@ -217,12 +224,14 @@ def _finish_turn(
     update_row(response, ["status", "error", "completed_at"])
     webhook_events.turn_ended(response)
     if status == Turn.Status.FAILED and (error or {}).get("code") == "budget_exceeded":
+        # An older runner's error names no budget: those fields stay null.
+        named = reported or protocol.ErrorInfo()
         webhook_events.budget_exceeded(
             session_id=response.session_id,
             response_id=response.id,
-            scope=None,
-            budget_usd=None,
-            spent_usd=None,
+            scope=_set_or_none(named.scope),
+            budget_usd=_set_or_none(named.budget_usd),
+            spent_usd=_set_or_none(named.spent_usd),
             error=error,
             status=status,
         )
@@ -355,26 +364,22 @@ def _store_message(
 
 def fail_turn(*, session_id: str, response_id: str, code: str, message: str) -> None:
     """End one turn as failed and make the session show the error."""
-    error = {"code": code, "message": message}
-    with transaction.atomic():
-        session = Session.objects.select_for_update().select_related("agent").get(pk=session_id)
-        response = Turn.objects.filter(id=response_id, session=session).first()
-        if response is not None:
-            _finish_turn(
-                response,
-                status=Turn.Status.FAILED,
-                error=error,
-                model=session.agent.model,
-                agent=session.agent.name,
-            )
-        _set_session_state(session, status=Session.Status.FAILED, response_id=None, error=error)
+    _fail_turns(session_id=session_id, error={"code": code, "message": message}, only=response_id)
 
 
 def fail_open_turns(*, session_id: str, code: str, message: str) -> None:
-    error = {"code": code, "message": message}
+    _fail_turns(session_id=session_id, error={"code": code, "message": message})
+
+
+def _fail_turns(*, session_id: str, error: dict[str, str], only: str | None = None) -> None:
+    """End the session's open turns (or just ``only``) as failed; the session shows
+    ``error``."""
     with transaction.atomic():
         session = Session.objects.select_for_update().select_related("agent").get(pk=session_id)
-        for response in Turn.objects.filter(session=session, status__in=Turn.OPEN_STATUSES):
+        turns = Turn.objects.filter(session=session, status__in=Turn.OPEN_STATUSES)
+        if only is not None:
+            turns = turns.filter(id=only)
+        for response in turns:
             _finish_turn(
                 response,
                 status=Turn.Status.FAILED,
@@ -492,6 +497,11 @@ def _error(error: protocol.ErrorInfo | None) -> dict[str, str] | None:
     if error is None:
         return None
     return {"code": error.code or "error", "message": error.message}
+
+
+def _set_or_none(value: _T | UnsetType) -> _T | None:
+    """An optional protocol field as stored: None when the runner left it out."""
+    return None if isinstance(value, UnsetType) else value
 
 
 @functools.cache
@@ -617,6 +627,7 @@ def _apply_turn_end(run: _Run, event: protocol.TurnEnd) -> None:
         model=run.model,
         agent=run.session.agent.name,
         unit=run.unit,
+        reported=event.error,
     )
 
 
@@ -700,6 +711,7 @@ def _apply_status(run: _Run, event: protocol.SessionStatus) -> None:
                 model=run.model,
                 agent=run.session.agent.name,
                 unit=run.unit,
+                reported=event.error,
             )
         response_id = None
     _set_session_state(session, status=status, response_id=response_id, error=error, unit=run.unit)

@@ -25,6 +25,7 @@ from usage.models import DailyUsage, UserBudget, UserBudgetRaise
 from webhook_outbox.models import WebhookEvent
 
 from .conftest import ALICE, BOB, CAROL, assert_error
+from .test_usage_recording import bound_session, message, send
 
 pytestmark = pytest.mark.django_db
 
@@ -381,6 +382,50 @@ def test_a_turn_failed_budget_exceeded_is_a_webhook_event(create_session) -> Non
     [event] = WebhookEvent.objects.filter(type="budget.exceeded")
     assert (event.data["response_id"], event.data["status"]) == (turn.id, "failed")
     assert event.data["error"]["code"] == "budget_exceeded"
+
+
+@pytest.mark.parametrize(
+    ("named", "amounts"),
+    [
+        (
+            {"scope": "user", "budget_usd": 1.0, "spent_usd": 1.25},
+            {"scope": "user", "budget_usd": 1.0, "spent_usd": 1.25},
+        ),
+        # An older runner's error names no budget.
+        ({}, {"scope": None, "budget_usd": None, "spent_usd": None}),
+    ],
+)
+def test_a_runner_side_budget_failure_names_its_budget_in_the_webhook_event(
+    client_for, create_session, named: dict[str, Any], amounts: dict[str, Any]
+) -> None:
+    """The runner's ``budget_exceeded`` error carries the budget it stopped at
+    (protocol.md, Budgets); the turn stores only its code and message."""
+    session_id, runner = bound_session(client_for, create_session)
+    turn = message(session_id)
+    sentence = "the user budget is spent: $1.25 of $1.00"
+    sent = protocol.ErrorInfo(code="budget_exceeded", message=sentence, **named)
+    events: list[protocol.AnyEvent] = [
+        protocol.ResponseFailed(response_id=turn.id, error=sent),
+        protocol.SessionStatus(status="failed", response_id=turn.id, error=sent),
+    ]
+    # As the server reads them off the tunnel.
+    frames = [
+        protocol.decode_runner_frame(
+            protocol.encode(protocol.EventFrame(session_id=session_id, seq=seq, event=event))
+        )
+        for seq, event in enumerate(events, start=1)
+    ]
+    send(runner, session_id, *[(frame.seq, frame.event) for frame in frames])
+    [event] = WebhookEvent.objects.filter(type="budget.exceeded")
+    assert event.data == {
+        "session_id": session_id,
+        "response_id": turn.id,
+        "status": "failed",
+        **amounts,
+        "error": {"code": "budget_exceeded", "message": sentence},
+    }
+    turn.refresh_from_db()
+    assert turn.error == {"code": "budget_exceeded", "message": sentence}
 
 
 # --- on PostgreSQL: the checks read the totals recorded calls leave ------------------------

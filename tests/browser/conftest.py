@@ -14,6 +14,7 @@ from tests.conftest import IN_CI
 from tests.e2e.conftest import (  # noqa: F401 - the real server and runner fixtures
     launch_runner,
     launch_server,
+    price_table,
     priced_runner,
     priced_server,
     runner,

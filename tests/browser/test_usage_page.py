@@ -40,18 +40,9 @@ HISTORY = [
 
 
 @pytest.fixture
-def priced_server(launch_server: Callable[..., Server], tmp_path: Path) -> Server:
-    prices = tmp_path / "prices.yaml"
-    prices.write_text(PRICES)
-    server = launch_server(OMNIGENT_PRICES=str(prices))
-    # The database may be a copy of one migrated before (testing.processes.migrate),
-    # whose migrate-time price load read another environment: load this file now.
-    subprocess.run(
-        [sys.executable, "manage.py", "sync_prices", "--file", str(prices)],
-        cwd=REPO, env={**os.environ, **server_env(tmp_path)}, check=True, capture_output=True,
-        timeout=120,
-    )  # fmt: skip
-    return server
+def price_table() -> str:
+    """This page's prices for the shared ``priced_server``."""
+    return PRICES
 
 
 def seed_history(tmp_path: Path) -> None:

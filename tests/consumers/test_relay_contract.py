@@ -218,6 +218,24 @@ async def test_function_call_output_when_the_tunnel_drops_is_503_after_the_recon
     assert time.monotonic() - started < 5.0
 
 
+async def test_a_function_call_output_whose_tunnel_drops_is_sent_again_when_the_runner_reconnects(
+    stubs: Stubs, session: Session, runner_token: tuple[Runner, str], settings: Any
+) -> None:
+    """The tool result follows the runner to its next tunnel (a re-sent ``tool_result``
+    never runs twice: tunnel.md), and the client gets its 202."""
+    settings.OMNIGENT_RUNNER_RECONNECT_WAIT_S = 30.0
+    runner, token = runner_token
+    first = await stubs.online(token)
+    await bind(session, runner)
+    pending = start(post_event(session.id, tool_output()))
+    lost = await first.expect("tool_result")  # never acknowledged on this tunnel
+    await first.drop()
+    second = await stubs.online(token)
+    results = await ack_until_answered(second, pending, "tool_result")
+    assert [(r["call_id"], r["output"]) for r in results] == [(lost["call_id"], lost["output"])]
+    assert body_of(await pending, 202) == {"queued": True, "item_id": "call_42"}
+
+
 async def test_function_call_output_nacked_is_503(
     stubs: Stubs, session: Session, runner_token: tuple[Runner, str]
 ) -> None:
@@ -324,23 +342,25 @@ async def test_message_opens_the_session_then_starts_the_turn(
     assert body_of(await pending, 202)["response_id"] == second["response_id"]
 
 
-async def ack_until_answered(stub: Any, pending: asyncio.Task[Any]) -> list[dict[str, Any]]:
-    """Acknowledge every command until the request is answered; the turn.starts seen.
+async def ack_until_answered(
+    stub: Any, pending: asyncio.Task[Any], kind: str = "turn.start"
+) -> list[dict[str, Any]]:
+    """Acknowledge every command until the request is answered; the ``kind`` frames seen.
 
     A new tunnel's resume sends the session and its queued turn too, so the request's
     own commands may come after (or beside) the resume's: the runner takes each once."""
-    starts: list[dict[str, Any]] = []
+    seen: list[dict[str, Any]] = []
     async with asyncio.timeout(30):
         while not pending.done():
             try:
                 frame = await stub.recv(timeout=0.2)
             except TimeoutError:
                 continue
-            assert frame["type"] in ("session.open", "turn.start"), frame
-            if frame["type"] == "turn.start":
-                starts.append(frame)
+            assert frame["type"] in ("session.open", "turn.start", kind), frame
+            if frame["type"] == kind:
+                seen.append(frame)
             await stub.ack(frame)
-    return starts
+    return seen
 
 
 async def test_a_message_whose_tunnel_drops_is_sent_again_when_the_runner_reconnects(

@@ -174,18 +174,29 @@ PRICES = (
 )
 
 
-@pytest.fixture
-def priced_server(launch_server: Callable[..., Server], tmp_path: Path) -> Server:
-    prices = tmp_path / "prices.yaml"
-    prices.write_text(PRICES)
-    server = launch_server(OMNIGENT_PRICES=str(prices))
-    # The database may be a copy of one migrated before (testing.processes.migrate),
-    # whose migrate-time price load read another environment: load this file now.
+def sync_prices(prices: Path, *, env: dict[str, str]) -> None:
+    """Load the price file ``prices`` into the database ``env`` names. A test database
+    may be a copy of one migrated before (testing.processes.migrate), whose
+    migrate-time price load read another environment."""
     subprocess.run(
         [sys.executable, "manage.py", "sync_prices", "--file", str(prices)],
-        cwd=REPO, env={**os.environ, **server_env(tmp_path)}, check=True, capture_output=True,
-        timeout=120,
+        cwd=REPO, env={**os.environ, **env}, check=True, capture_output=True, timeout=120,
     )  # fmt: skip
+
+
+@pytest.fixture
+def price_table() -> str:
+    """The YAML prices ``priced_server`` serves; a test module overrides it for others."""
+    return PRICES
+
+
+@pytest.fixture
+def priced_server(launch_server: Callable[..., Server], tmp_path: Path, price_table: str) -> Server:
+    """A server with ``price_table`` as its prices, loaded before any call is priced."""
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(price_table)
+    server = launch_server(OMNIGENT_PRICES=str(prices))
+    sync_prices(prices, env=server_env(tmp_path))
     return server
 
 

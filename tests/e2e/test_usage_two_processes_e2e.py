@@ -11,9 +11,6 @@ mock LLM's scripted counts, to the token and to the nano-dollar.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,8 +20,9 @@ from typing import Any
 import pytest
 
 from testing.mockllm import MockLLMServer
-from testing.processes import REPO, Runner, Server, base_env, bind, create_session, send_message
+from testing.processes import Runner, Server, base_env, bind, create_session, send_message
 from testing.processes import wait_turn as wait_turn_on
+from tests.e2e.conftest import PRICES, sync_prices
 
 pytestmark = [pytest.mark.e2e, pytest.mark.postgres, pytest.mark.redis, pytest.mark.timeout(420)]
 
@@ -32,12 +30,6 @@ SESSIONS = 20
 TURNS = 3
 API = ("  api: responses\n", "  api: chat_completions\n")
 OS_ENV = "os_env:\n  type: caller_process\n  cwd: .\n"
-PRICES = (
-    "mock-model:\n"
-    "  input_per_million: 1.0\n"
-    "  output_per_million: 2.0\n"
-    "  cache_read_per_million: 0.5\n"
-)
 TOKENS = (
     "input_tokens",
     "output_tokens",
@@ -134,12 +126,9 @@ def test_concurrent_turns_on_two_processes_total_to_the_token(
     prices = tmp_path / "prices.yaml"
     prices.write_text(PRICES)
     # Before any call: each process reads the price table when it first prices one.
-    subprocess.run(
-        [sys.executable, "manage.py", "sync_prices", "--file", str(prices)],
-        cwd=REPO, check=True, capture_output=True, timeout=120,
-        env={**os.environ, **base_env(DATABASE_URL=postgres_url,
-                                      OMNIGENT_DATA_DIR=str(tmp_path / "data"))},
-    )  # fmt: skip
+    sync_prices(
+        prices, env=base_env(DATABASE_URL=postgres_url, OMNIGENT_DATA_DIR=str(tmp_path / "data"))
+    )
     runners = [launch_runner(server) for server in servers]
     for session in range(SESSIONS):
         for turn in range(TURNS):

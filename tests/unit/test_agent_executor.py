@@ -11,164 +11,35 @@ import asyncio
 import base64
 import json
 import socket
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from omnigent_runner import protocol
 from omnigent_runner.agent import AgentExecutor
-from omnigent_runner.bundles import build_bundle
 from omnigent_runner.executor import CommandRejected
 from testing.mockllm import MockLLMServer
+from tests.unit import agent_loop
+from tests.unit.agent_loop import (
+    SID,
+    WEATHER_TOOL,
+    Event,
+    RecordingSink,
+    agent,
+    agent_yaml,
+    call,
+    done_items,
+    user,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
-Event = dict[str, Any]
-SID = "sess_1"
+mock = agent_loop.mock
+workspace = agent_loop.workspace
+make_executor = agent_loop.make_executor
 
 
-class RecordingSink:
-    """Stores emitted events and lets a test await the one it expects."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, Event]] = []
-        self._changed = asyncio.Event()
-
-    def emit(self, session_id: str, event: protocol.AnyEvent) -> None:
-        # The tunnel sends events as protocol frames: each must be one and encode.
-        # Tests read the event's wire form, which is what the server receives.
-        assert protocol.frame_type(event) in protocol.EVENT_TYPES, event
-        self.events.append((session_id, json.loads(protocol.encode_bytes(event))))
-        self._changed.set()
-
-    def of(self, type_: str, response_id: str | None = None) -> list[Event]:
-        return [
-            e
-            for _, e in self.events
-            if e["type"] == type_ and (response_id is None or e.get("response_id") == response_id)
-        ]
-
-    def types(self, response_id: str) -> list[str]:
-        return [e["type"] for _, e in self.events if e.get("response_id") == response_id]
-
-    async def wait_for(self, predicate: Callable[[Event], bool], *, timeout: float = 20.0) -> Event:
-        async def scan() -> Event:
-            while True:
-                for _, event in self.events:
-                    if predicate(event):
-                        return event
-                self._changed.clear()
-                await self._changed.wait()
-
-        return await asyncio.wait_for(scan(), timeout)
-
-    async def wait_status(self, response_id: str, *statuses: str) -> Event:
-        return await self.wait_for(
-            lambda e: (
-                e["type"] == "session.status"
-                and e["response_id"] == response_id
-                and e["status"] in statuses
-            )
-        )
-
-    async def wait_end(self, response_id: str) -> Event:
-        """The final session.status of a turn (idle or failed)."""
-        return await self.wait_status(response_id, "idle", "failed")
-
-
-# --- fixtures and builders ----------------------------------------------------------------
-
-
-@pytest.fixture
-def mock() -> Iterator[MockLLMServer]:
-    server = MockLLMServer()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-async def make_executor(
-    workspace: Path,
-) -> AsyncIterator[Callable[..., tuple[AgentExecutor, RecordingSink]]]:
-    created: list[AgentExecutor] = []
-
-    def factory(**kwargs: Any) -> tuple[AgentExecutor, RecordingSink]:
-        kwargs.setdefault("workspace", workspace)
-        kwargs.setdefault("env", {})
-        kwargs.setdefault("llm_max_retries", 0)
-        executor = AgentExecutor(**kwargs)
-        sink = RecordingSink()
-        executor.bind(sink)
-        created.append(executor)
-        return executor, sink
-
-    yield factory
-    for executor in created:
-        await executor.shutdown()
-
-
-def agent_yaml(
-    base_url: str | None,
-    *,
-    api: str = "responses",
-    os_env: str | None = None,
-    max_iterations: int = 10,
-    timeout: float = 30,
-    model: str | None = "mock-model",
-) -> str:
-    lines = ["name: tester", "prompt: You are a test agent.", "executor:"]
-    if model:
-        lines.append(f"  model: {model}")
-    lines += [f"  api: {api}", f"  max_iterations: {max_iterations}", f"  timeout: {timeout}"]
-    if base_url is not None:
-        lines += [
-            "  auth:",
-            "    type: api_key",
-            "    api_key: sk-test",
-            f"    base_url: {base_url}",
-        ]
-    if os_env is not None:
-        lines += ["os_env:", "  type: caller_process", f"  cwd: {os_env}"]
-    return "\n".join(lines) + "\n"
-
-
-def agent(yaml_text: str, *, agent_id: str = "agent_1", version: int = 1) -> protocol.AgentRef:
-    bundle = build_bundle({"agent.yaml": yaml_text})
-    return protocol.AgentRef(
-        id=agent_id, version=version, bundle_b64=base64.b64encode(bundle).decode()
-    )
-
-
-def user(text: str, item_id: str | None = None) -> Event:
-    return {
-        "id": item_id or "item_" + uuid.uuid4().hex,
-        "type": "message",
-        "status": "completed",
-        "response_id": "resp_x",
-        "created_at": 0,
-        "created_by": "user",
-        "role": "user",
-        "content": [{"type": "input_text", "text": text}],
-    }
-
-
-def call(name: str, arguments: dict[str, Any], call_id: str = "call_1") -> Event:
-    return {"call_id": call_id, "name": name, "arguments": json.dumps(arguments)}
-
-
-def done_items(sink: RecordingSink, response_id: str) -> list[Event]:
-    return [e["item"] for e in sink.of("response.output_item.done", response_id)]
+# --- helpers ------------------------------------------------------------------------------
 
 
 def request_signal(mock: MockLLMServer) -> asyncio.Event:
@@ -447,16 +318,6 @@ async def test_chat_completions_text_and_tool_call(mock, make_executor, workspac
     assert assistant["tool_calls"][0]["function"]["name"] == "sys_os_write"
     assert tool["role"] == "tool" and tool["tool_call_id"] == "call_c"
     assert json.loads(tool["content"])["created"] is True
-
-
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
-}
 
 
 async def test_client_tool_round_trip(mock, make_executor) -> None:

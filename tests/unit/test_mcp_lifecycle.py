@@ -15,13 +15,13 @@ import pytest
 
 from omnigent_runner.mcp_servers import CallClock, McpHub, McpSettings, SharedMcpServers
 from omnigent_runner.mcp_spec import McpServerSpec
-from tests.unit import test_agent_executor as base
-from tests.unit.test_agent_executor import agent, agent_yaml, call, user
+from tests.unit import agent_loop
+from tests.unit.agent_loop import agent, agent_yaml, call, user
 
 # The agent loop's fixtures: the in-process mock LLM, a workspace, executors.
-mock = base.mock
-workspace = base.workspace
-make_executor = base.make_executor
+mock = agent_loop.mock
+workspace = agent_loop.workspace
+make_executor = agent_loop.make_executor
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -21,8 +21,8 @@ from omnigent_runner import protocol
 from omnigent_runner.bundles import build_bundle, parse_bundle
 from omnigent_runner.mcp_servers import cut_output
 from testing.mcp_server import PNG_1X1
-from tests.unit import test_agent_executor as base
-from tests.unit.test_agent_executor import (
+from tests.unit import agent_loop
+from tests.unit.agent_loop import (
     SID,
     RecordingSink,
     agent,
@@ -33,9 +33,9 @@ from tests.unit.test_agent_executor import (
 )
 
 # The agent loop's fixtures: the in-process mock LLM, a workspace, executors.
-mock = base.mock
-workspace = base.workspace
-make_executor = base.make_executor
+mock = agent_loop.mock
+workspace = agent_loop.workspace
+make_executor = agent_loop.make_executor
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit import test_agent_executor as base
-from tests.unit.test_agent_executor import SID, agent, call, done_items, user
+from tests.unit import agent_loop
+from tests.unit.agent_loop import SID, agent, call, done_items, user
 
-mock = base.mock
-workspace = base.workspace
-make_executor = base.make_executor
+mock = agent_loop.mock
+workspace = agent_loop.workspace
+make_executor = agent_loop.make_executor
 
 pytestmark = pytest.mark.timeout(120)
 

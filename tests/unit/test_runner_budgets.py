@@ -11,59 +11,39 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, Literal
 
 import pytest
 
 from omnigent_runner import protocol
-from omnigent_runner.agent import AgentExecutor
 from omnigent_runner.budgets import SessionBudgets, usd_text
 from omnigent_runner.policies import NO_GUARDRAILS, Guardrails
 from testing.mockllm import MockLLMServer
-from tests.unit.test_agent_executor import (
+from tests.unit import agent_loop
+from tests.unit.agent_loop import (
     SID,
     WEATHER_TOOL,
+    Executor,
     RecordingSink,
     agent,
     agent_yaml,
     call,
+    start,
     user,
 )
 
 pytestmark = pytest.mark.timeout(60)
 
-Executor = tuple[AgentExecutor, RecordingSink]
+mock = agent_loop.mock
+workspace = agent_loop.workspace
+make_executor = agent_loop.make_executor
+
 APIS = ["responses", "chat_completions"]
 WEATHER_THEN_ANSWER = [
     {"tool_calls": [call("get_weather", {"city": "Paris"}, "call_w")]},
     {"text": "Sunny."},
 ]
-
-
-@pytest.fixture
-def mock() -> Iterator[MockLLMServer]:
-    server = MockLLMServer()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-async def make_executor(tmp_path: Path) -> AsyncIterator[Callable[..., Executor]]:
-    created: list[AgentExecutor] = []
-
-    def factory() -> Executor:
-        executor = AgentExecutor(workspace=tmp_path, env={}, llm_max_retries=0)
-        sink = RecordingSink()
-        executor.bind(sink)
-        created.append(executor)
-        return executor, sink
-
-    yield factory
-    for executor in created:
-        await executor.shutdown()
 
 
 def bundle(mock: MockLLMServer, guardrails: str = "", *, api: str = "responses") -> str:
@@ -80,29 +60,9 @@ def line(
     return protocol.BudgetLine(scope=scope, limit_nano=limit, spent_nano=spent, on_budget=on_budget)
 
 
-async def start(
-    executor: AgentExecutor,
-    yaml_text: str,
-    budgets: protocol.Budgets | None,
-    *,
-    tools: list[dict[str, Any]] | None = None,
-) -> None:
-    await executor.open_session(session_id=SID, agent=agent(yaml_text), history=[])
-    if budgets is not None:
-        await executor.update_budgets(session_id=SID, budgets=budgets)
-    await executor.start_turn(
-        session_id=SID, response_id="resp_1", input=[user("go")], tools=tools or []
-    )
-
-
 def verdict(action: Literal["accept", "decline", "cancel"], n: int = 1) -> protocol.Verdict:
-    return protocol.Verdict(
-        elicitation_id="elicit_b",
-        response_id="resp_1",
-        call_id=f"budget_{n}",
-        action=action,
-        resolved_by="alice",
-    )
+    """The verdict on the turn's ``n``-th budget question."""
+    return agent_loop.verdict(action, f"budget_{n}", elicitation_id="elicit_b", resolved_by="alice")
 
 
 async def failure(sink: RecordingSink) -> dict[str, Any]:
@@ -113,9 +73,8 @@ async def failure(sink: RecordingSink) -> dict[str, Any]:
 
 
 async def asked(sink: RecordingSink, n: int = 1) -> dict[str, Any]:
-    return await sink.wait_for(
-        lambda e: e["type"] == "approval.requested" and e["call_id"] == f"budget_{n}"
-    )
+    """The turn's ``n``-th budget question, once the runner asks."""
+    return await agent_loop.asked(sink, f"budget_{n}")
 
 
 # --- deny -----------------------------------------------------------------------------------
@@ -128,11 +87,14 @@ async def test_deny_stops_before_the_call(
     mock.configure([{"text": "never"}])
     executor, sink = make_executor()
     budgets = protocol.Budgets(session=line("session", 1_000_000, 1_000_000))
-    await start(executor, bundle(mock, "  on_budget: deny\n", api=api), budgets)
+    await start(executor, bundle(mock, "  on_budget: deny\n", api=api), budgets=budgets)
     error = await failure(sink)
     assert error == {
         "code": "budget_exceeded",
         "message": "the session budget is spent: $0.001 of $0.001",
+        "scope": "session",
+        "budget_usd": 0.001,
+        "spent_usd": 0.001,
     }
     assert mock.requests == []
     assert sink.of("usage.recorded") == []
@@ -147,7 +109,7 @@ async def test_the_call_that_crosses_the_line_is_the_last(
     mock.configure(WEATHER_THEN_ANSWER)
     executor, sink = make_executor()
     budgets = protocol.Budgets(user=line("user", 5_000, 4_000, on_budget="deny"))
-    await start(executor, bundle(mock, api=api), budgets, tools=[WEATHER_TOOL])
+    await start(executor, bundle(mock, api=api), budgets=budgets, tools=[WEATHER_TOOL])
     await sink.wait_status("resp_1", "waiting")
     assert len(mock.requests) == 1
     assert len(sink.of("usage.recorded", "resp_1")) == 1
@@ -158,6 +120,7 @@ async def test_the_call_that_crosses_the_line_is_the_last(
     error = await failure(sink)
     assert error["code"] == "budget_exceeded"
     assert error["message"] == "the user budget is spent: $0.0000065 of $0.000005"
+    assert (error["scope"], error["budget_usd"], error["spent_usd"]) == ("user", 5e-06, 6.5e-06)
     assert len(mock.requests) == 1
     assert sink.of("approval.requested") == []  # the line's own on_budget beat the bundle's ask
 
@@ -168,7 +131,9 @@ async def test_budgets_under_the_limit_let_every_call_through(
     mock.configure(WEATHER_THEN_ANSWER)
     executor, sink = make_executor()
     budgets = protocol.Budgets(session=line("session", 10_000, 9_999), user=line("user", 10_000, 0))
-    await start(executor, bundle(mock, "  on_budget: deny\n"), budgets, tools=[WEATHER_TOOL])
+    await start(
+        executor, bundle(mock, "  on_budget: deny\n"), budgets=budgets, tools=[WEATHER_TOOL]
+    )
     await sink.wait_status("resp_1", "waiting")
     await executor.tool_result(session_id=SID, call_id="call_w", output="{}")
     assert (await sink.wait_end("resp_1"))["status"] == "idle"
@@ -212,7 +177,7 @@ async def test_ask_raises_a_budget_approval_and_accept_goes_on(
     executor, sink = make_executor()
     budgets = protocol.Budgets(session=line("session", 2_000_000, 2_500_000))
     guardrails = "  ask_increment_usd: 0.01\n  ask_timeout: 120\n"
-    await start(executor, bundle(mock, guardrails, api=api), budgets, tools=[WEATHER_TOOL])
+    await start(executor, bundle(mock, guardrails, api=api), budgets=budgets, tools=[WEATHER_TOOL])
     question = await asked(sink)
     assert question == {
         "type": "approval.requested",
@@ -249,7 +214,7 @@ async def test_decline_or_cancel_fails_the_turn(
     mock.configure([{"text": "never"}])
     executor, sink = make_executor()
     budgets = protocol.Budgets(user=line("user", 100, 100))
-    await start(executor, bundle(mock), budgets)
+    await start(executor, bundle(mock), budgets=budgets)
     question = await asked(sink)
     # The increment defaults to the budget again.
     assert question["arguments"]["increment_usd"] == question["arguments"]["budget_usd"] == 1e-7
@@ -259,6 +224,9 @@ async def test_decline_or_cancel_fails_the_turn(
     assert error == {
         "code": "budget_exceeded",
         "message": f"the user budget is spent: $0.0000001 of $0.0000001; raising it was {answer}",
+        "scope": "user",
+        "budget_usd": 1e-07,
+        "spent_usd": 1e-07,
     }
     assert mock.requests == []
 
@@ -273,7 +241,7 @@ async def test_a_new_server_update_replaces_the_local_raise(
     await start(
         executor,
         bundle(mock),
-        protocol.Budgets(session=line("session", 1_000, 1_000)),
+        budgets=protocol.Budgets(session=line("session", 1_000, 1_000)),
         tools=[WEATHER_TOOL],
     )
     await asked(sink)
@@ -296,7 +264,7 @@ async def test_interrupt_while_asking_cancels_the_turn(
 ) -> None:
     mock.configure([{"text": "never"}])
     executor, sink = make_executor()
-    await start(executor, bundle(mock), protocol.Budgets(session=line("session", 5, 9)))
+    await start(executor, bundle(mock), budgets=protocol.Budgets(session=line("session", 5, 9)))
     await asked(sink)
     await executor.interrupt(session_id=SID)
     assert (await sink.wait_end("resp_1"))["status"] == "idle"
@@ -331,11 +299,14 @@ async def test_a_zero_bundle_budget_with_no_increment_denies_even_with_ask(
     """There is nothing to raise a zero budget by: ``ask`` acts as ``deny``."""
     mock.configure([{"text": "never"}])
     executor, sink = make_executor()
-    await start(executor, bundle(mock, "  budget_usd: 0\n  on_budget: ask\n"), None)
+    await start(executor, bundle(mock, "  budget_usd: 0\n  on_budget: ask\n"))
     error = await failure(sink)
     assert error == {
         "code": "budget_exceeded",
         "message": "the session budget is spent: $0.00 of $0.00",
+        "scope": "session",
+        "budget_usd": 0.0,
+        "spent_usd": 0.0,
     }
     assert sink.of("approval.requested") == []
     assert mock.requests == []
@@ -349,7 +320,9 @@ async def test_the_bundle_budget_applies_when_the_server_sends_no_session_line(
     mock.configure([{"text": "One."}, {"text": "Two."}])
     executor, sink = make_executor()
     guardrails = "  budget_usd: 0\n  ask_increment_usd: 0.5\n"
-    await start(executor, bundle(mock, guardrails), protocol.Budgets(user=line("user", 9, 0)))
+    await start(
+        executor, bundle(mock, guardrails), budgets=protocol.Budgets(user=line("user", 9, 0))
+    )
     question = await asked(sink)
     assert question["arguments"] == {
         "kind": "budget",
@@ -374,7 +347,7 @@ async def test_a_server_session_line_wins_over_the_bundle_budget(
     mock.configure([{"text": "Fine."}])
     executor, sink = make_executor()
     budgets = protocol.Budgets(session=line("session", 1_000, 10))
-    await start(executor, bundle(mock, "  budget_usd: 0\n  on_budget: deny\n"), budgets)
+    await start(executor, bundle(mock, "  budget_usd: 0\n  on_budget: deny\n"), budgets=budgets)
     assert (await sink.wait_end("resp_1"))["status"] == "idle"
     assert len(mock.requests) == 1
 
@@ -432,7 +405,7 @@ async def test_asking_does_not_block_other_sessions(
 ) -> None:
     mock.configure([{"text": "Other."}])
     executor, sink = make_executor()
-    await start(executor, bundle(mock), protocol.Budgets(session=line("session", 1, 1)))
+    await start(executor, bundle(mock), budgets=protocol.Budgets(session=line("session", 1, 1)))
     await asked(sink)
     await executor.open_session(session_id="sess_2", agent=agent(bundle(mock)), history=[])
     await executor.start_turn(

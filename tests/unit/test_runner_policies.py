@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 from websockets.asyncio.server import ServerConnection, serve
@@ -26,81 +26,34 @@ from omnigent_runner.config import RunnerConfig
 from omnigent_runner.policies import RuleError, parse_guardrails, parse_rules
 from omnigent_runner.tunnel import RunnerTunnel
 from testing.mockllm import MockLLMServer, tool_then_echo
-from tests.unit.test_agent_executor import (
+from tests.unit import agent_loop
+from tests.unit.agent_loop import (
     SID,
     WEATHER_TOOL,
+    Executor,
     RecordingSink,
     agent,
     agent_yaml,
+    asked,
     call,
     done_items,
+    start,
     user,
+    verdict,
 )
 from tests.unit.test_runner_tunnel import RUNNER_ID, TOKEN, handshake, recv_frame, send_frame
 
 pytestmark = pytest.mark.timeout(60)
 
 WRITE = {"path": "out.txt", "content": "written\n"}
-Executor = tuple[AgentExecutor, RecordingSink]
 
-
-@pytest.fixture
-def mock() -> Iterator[MockLLMServer]:
-    server = MockLLMServer()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "ws"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-async def make_executor(workspace: Path) -> AsyncIterator[Callable[..., Executor]]:
-    created: list[AgentExecutor] = []
-
-    def factory(**kwargs: Any) -> Executor:
-        executor = AgentExecutor(workspace=workspace, env={}, llm_max_retries=0, **kwargs)
-        sink = RecordingSink()
-        executor.bind(sink)
-        created.append(executor)
-        return executor, sink
-
-    yield factory
-    for executor in created:
-        await executor.shutdown()
+mock = agent_loop.mock
+workspace = agent_loop.workspace
+make_executor = agent_loop.make_executor
 
 
 def rules(*raw: dict[str, Any]) -> list[protocol.PolicyRule]:
     return parse_rules(list(raw))
-
-
-def verdict(
-    action: Literal["accept", "decline", "cancel"], call_id: str = "call_echo", **extra: Any
-) -> protocol.Verdict:
-    return protocol.Verdict(
-        elicitation_id="elicit_1", response_id="resp_1", call_id=call_id, action=action, **extra
-    )
-
-
-async def start(
-    executor: AgentExecutor,
-    yaml_text: str,
-    policies: list[protocol.PolicyRule],
-    *,
-    session_id: str = SID,
-    response_id: str = "resp_1",
-    tools: list[dict[str, Any]] | None = None,
-) -> None:
-    await executor.open_session(session_id=session_id, agent=agent(yaml_text), history=[])
-    await executor.update_policies(session_id=session_id, rules=policies)
-    await executor.start_turn(
-        session_id=session_id, response_id=response_id, input=[user("go")], tools=tools or []
-    )
 
 
 def answer_text(sink: RecordingSink, response_id: str = "resp_1") -> str:
@@ -115,12 +68,6 @@ def outputs(sink: RecordingSink, response_id: str = "resp_1") -> dict[str, str]:
         for i in done_items(sink, response_id)
         if i["type"] == "function_call_output"
     }
-
-
-async def asked(sink: RecordingSink, call_id: str = "call_echo") -> dict[str, Any]:
-    return await sink.wait_for(
-        lambda e: e["type"] == "approval.requested" and e["call_id"] == call_id
-    )
 
 
 ASK_WRITE = {"name": "ask-write", "tools": ["sys_os_w*"], "action": "ask", "reason": "writes"}
