@@ -26,6 +26,7 @@ from omnigent_runner.identity import derive_runner_id, new_binding_token
 from omnigent_runner.protocol import (
     AnyCommand,
     ApprovalVerdict,
+    Budgets,
     ResponseCreated,
     SessionClose,
     SessionOpen,
@@ -468,6 +469,7 @@ def unacked_starts_to_resend(
     )
     sends: dict[str, list[AnyCommand]] = {}
     opened: set[str] = set()
+    budgets_now: dict[str, Budgets] = {}
     for turn in turns:
         session = turn.session
         runner = session.runner
@@ -486,10 +488,10 @@ def unacked_starts_to_resend(
                 )
                 continue
             opened.add(session.id)
+        if session.id not in budgets_now:  # one read per session
+            budgets_now[session.id] = budgets.budgets_for(session)
         commands.append(
-            runner_events.turn_start_command(
-                response=turn, budgets_now=budgets.budgets_for(session)
-            )
+            runner_events.turn_start_command(response=turn, budgets_now=budgets_now[session.id])
         )
     return [(channel_name, commands) for channel_name, commands in sends.items() if commands]
 

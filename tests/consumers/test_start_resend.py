@@ -187,3 +187,9 @@ def test_a_message_request_gives_up_before_its_turn_start_is_sent_again(
     assert services.start_resend_after_s() == 20
     settings.OMNIGENT_START_RESEND_S = 45
     assert services.start_resend_after_s() == 45
+
+
+async def test_zero_turns_the_sweep_off(settings: Any) -> None:
+    settings.OMNIGENT_START_RESEND_S = 0
+    async with asyncio.timeout(FRAME_TIMEOUT):
+        await upkeep.resend_unacked_starts_forever()  # returns: no loop
