@@ -30,8 +30,8 @@ def test_a_lost_turn_start_is_sent_again_and_the_turn_completes_on_the_same_tunn
     mock_llm: MockLLMServer,
     make_bundle: Callable[..., bytes],
 ) -> None:
-    # Sent again 4 s (2 x the relay deadline) after it went out, looked for every 0.5 s.
-    server = launch_server(OMNIGENT_START_RESEND_S="0.5", OMNIGENT_RELAY_TIMEOUT_S="2")
+    # Sent again 6 s (2 x the relay deadline) after it went out, looked for every 0.5 s.
+    server = launch_server(OMNIGENT_START_RESEND_S="0.5", OMNIGENT_RELAY_TIMEOUT_S="3")
     proxy = FrameDropProxy(int(server.url.rsplit(":", 1)[1])).start()
     try:
         runner = launch_runner(server, via_url=proxy.url, env={"OMNIGENT_RUNNER_MAX_TURNS": "1"})
