@@ -300,6 +300,11 @@ OMNIGENT_RELAY_TIMEOUT_S = env_float("OMNIGENT_RELAY_TIMEOUT_S", 10.0)
 # (a server process restarting, a network blip) waits for it to come back instead of
 # answering 503 at once (runners/dispatch.py); 0 turns the wait off.
 OMNIGENT_RUNNER_RECONNECT_WAIT_S = max(0.0, env_float("OMNIGENT_RUNNER_RECONNECT_WAIT_S", 5.0))
+# A ``turn.start`` sent fire and forget that the runner has not acknowledged this long
+# after it went out is sent again by the process holding the runner's tunnel, which
+# looks for such turns this often (runners/upkeep.py). Never before a message's own
+# request has given up waiting for the ack (2 x OMNIGENT_RELAY_TIMEOUT_S); 0: off.
+OMNIGENT_START_RESEND_S = max(0.0, env_float("OMNIGENT_START_RESEND_S", 10.0))
 # How long HTTP requests in flight may go on once a server process is told to stop
 # (SIGTERM); it stops listening at once (omnigent_site/runtime/shutdown.py).
 OMNIGENT_SHUTDOWN_DRAIN_S = max(0.0, env_float("OMNIGENT_SHUTDOWN_DRAIN_S", 10.0))

@@ -14,7 +14,7 @@ class RunnersConfig(AppConfig):
         # runs, however daphne was started. Imported here: upkeep needs the models.
         from . import liveness
         from .consumers import close_tunnels_for_restart
-        from .upkeep import sweep_stale_runners_forever
+        from .upkeep import resend_unacked_starts_forever, sweep_stale_runners_forever
         from .verdicts import sweep_expired_approvals_forever
 
         # A runner is online only while a tunnel is connected (runners/liveness.py):
@@ -26,5 +26,7 @@ class RunnersConfig(AppConfig):
         on_stop(close_tunnels_for_restart)
         on_serve(liveness.beat_forever)
         on_serve(sweep_stale_runners_forever)
+        # A turn.start lost while its tunnel stayed up is sent again (runners/upkeep.py).
+        on_serve(resend_unacked_starts_forever)
         # Questions past their deadline are expired by the server (approvals.md).
         on_serve(sweep_expired_approvals_forever)

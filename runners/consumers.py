@@ -249,6 +249,10 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 await self._close(CLOSE_DEAD_PEER)
                 return
             await self._send(Ping(ts=time.time()))
+            if self.acked_starts:
+                # Acks no event carried yet (a turn queued behind a quiet one on the
+                # runner): marked now, or the resend sweep would send them again.
+                self._wake_event_writer()
             await sweep_stale_runners()
 
     # --- frames from the runner ---------------------------------------------------

@@ -10,7 +10,7 @@ import ipaddress
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
@@ -24,7 +24,9 @@ from audit import services as audit
 from omnigent_runner.config import DEFAULT_MAX_TURNS
 from omnigent_runner.identity import derive_runner_id, new_binding_token
 from omnigent_runner.protocol import (
+    AnyCommand,
     ApprovalVerdict,
+    Budgets,
     ResponseCreated,
     SessionClose,
     SessionOpen,
@@ -33,7 +35,7 @@ from omnigent_runner.protocol import (
 )
 from omnigent_site.domain_errors import Forbidden, InvalidInput
 from omnigent_site.users import get_or_create_user, is_admin
-from sessions import approvals, runner_presence, updates
+from sessions import approvals, budgets, runner_presence, updates
 from sessions.blobs import BundleMissing
 from sessions.eventlog import WriteUnit, publishing_together
 from sessions.models import Session, Turn
@@ -51,6 +53,9 @@ log = logging.getLogger(__name__)
 
 # Refresh ``last_seen_at`` at most this often per tunnel: it bounds ``online``.
 SEEN_WRITE_INTERVAL_S = 5.0
+# The most ``turn.start`` commands one sweep sends again (``unacked_starts_to_resend``):
+# the oldest first, the rest in the next sweeps.
+START_RESEND_BATCH = 100
 
 
 # --- webhook events (automation.md): written with the row change they report ------
@@ -419,6 +424,76 @@ def _unacked_starts(*, runner_id: str, open_sessions: set[str]) -> dict[str, lis
         if turn.session_id in open_sessions:
             found.setdefault(turn.session_id, []).append(turn)
     return found
+
+
+def start_resend_after_s() -> float:
+    """How long a dispatched turn's ``turn.start`` may stay unacknowledged before it is
+    sent again: ``OMNIGENT_START_RESEND_S``, but never less than a message's own request
+    waits for the runner (``dispatch.deliver_message``: ``session.open`` and then
+    ``turn.start``, each with ``OMNIGENT_RELAY_TIMEOUT_S``). A copy sent sooner could
+    start a turn that request is about to fail for a missed deadline."""
+    return max(settings.OMNIGENT_START_RESEND_S, 2 * settings.OMNIGENT_RELAY_TIMEOUT_S)
+
+
+def unacked_starts_to_resend(
+    *, process_id: str, now: datetime | None = None, limit: int = START_RESEND_BATCH
+) -> list[tuple[str, list[AnyCommand]]]:
+    """What to send again to the runners whose tunnels ``process_id`` holds: the
+    ``turn.start`` of each open turn that went out more than ``start_resend_after_s``
+    before ``now`` and that the runner never acknowledged, with the runner's channel.
+
+    A ``turn.start`` sent fire and forget (a turn the fair-share queue started) can be
+    lost while the tunnel stays up (a full or restarting channel layer, a message
+    expired in Redis); nothing else would send it until the runner's next ``hello``. A
+    runner that has the turn acknowledges the copy and ignores it (same
+    ``response_id``). A session whose ``session.open`` this connection never
+    acknowledged gets it first, as when the turn was started (``start_commands``).
+
+    One query for the turns, oldest first, at most ``limit``. Only the tunnels of one
+    process: each process sends for the tunnels it holds, so a copy goes once per
+    sweep whatever the number of processes. ``now``: the clock, for tests."""
+    now = timezone.now() if now is None else now
+    heard_since = now - timedelta(seconds=3 * settings.OMNIGENT_HEARTBEAT_S + 5)
+    turns = (
+        Turn.objects.filter(
+            status__in=Turn.OPEN_STATUSES,
+            dispatched_at__lt=now - timedelta(seconds=start_resend_after_s()),
+            start_acked_at__isnull=True,
+            session__runner__tunnel_process=process_id,
+            session__runner__revoked_at__isnull=True,
+            session__runner__last_seen_at__gte=heard_since,
+        )
+        .exclude(session__runner__channel_name="")
+        .select_related("session__agent", "session__runner")
+        .order_by("dispatched_at", "seq")[:limit]
+    )
+    sends: dict[str, list[AnyCommand]] = {}
+    opened: set[str] = set()
+    budgets_now: dict[str, Budgets] = {}
+    for turn in turns:
+        session = turn.session
+        runner = session.runner
+        assert runner is not None  # selected by its runner
+        commands = sends.setdefault(runner.channel_name, [])
+        if session.runner_generation_opened != runner.generation and session.id not in opened:
+            try:
+                commands.append(runner_events.session_open_command(session=session))
+            except BundleMissing as exc:
+                log.error("session %s: %s", session.id, exc)
+                runner_events.fail_turn(
+                    session_id=session.id,
+                    response_id=turn.id,
+                    code="agent_load_failed",
+                    message=str(exc),
+                )
+                continue
+            opened.add(session.id)
+        if session.id not in budgets_now:  # one read per session
+            budgets_now[session.id] = budgets.budgets_for(session)
+        commands.append(
+            runner_events.turn_start_command(response=turn, budgets_now=budgets_now[session.id])
+        )
+    return [(channel_name, commands) for channel_name, commands in sends.items() if commands]
 
 
 def record_runner_events(

@@ -609,6 +609,7 @@ def test_guard_the_reactor_starts_the_runtime_and_stops_it_cleanly() -> None:
 
 def test_the_stale_runner_sweep_is_registered_by_the_runners_app() -> None:
     assert "runners.upkeep.sweep_stale_runners_forever" in background.registered()
+    assert "runners.upkeep.resend_unacked_starts_forever" in background.registered()
     assert "runners.liveness.beat_forever" in background.registered()
     assert "runners.liveness.start" in background._start_hooks
     assert "runners.liveness.stop" in background._stop_hooks
