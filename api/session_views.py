@@ -223,6 +223,7 @@ def etag_listed(*, header: str, etag: str) -> bool:
 class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView):
     permission_classes = [IsAuthenticated, SessionAccess]
     session_with_agent = False
+    session_with_budgets = ("POST",)
     session_levels = {"POST": EDIT}
     # Every event goes to the session's runner: counted against its rate too.
     runner_throttled_methods = ("POST",)

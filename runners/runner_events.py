@@ -208,13 +208,16 @@ def _finish_turn(
     model: str,
     agent: str,
     unit: WriteUnit | None = None,
-) -> None:
+    also_write: Sequence[str] = (),
+) -> bool:
+    """End an open turn (False: it had ended already, nothing written). ``also_write``:
+    fields of ``response`` changed in memory that the end's UPDATE writes too."""
     if not response.is_open:
-        return
+        return False
     response.status = status
     response.error = error
     response.completed_at = timezone.now()
-    update_row(response, ["status", "error", "completed_at"])
+    update_row(response, ["status", "error", "completed_at", *also_write])
     webhook_events.turn_ended(response)
     if status == Turn.Status.FAILED and (error or {}).get("code") == "budget_exceeded":
         webhook_events.budget_exceeded(
@@ -260,6 +263,7 @@ def _finish_turn(
         ),
         unit=unit,
     )
+    return True
 
 
 # --- views: accepting a user message ------------------------------------------------
@@ -531,6 +535,9 @@ class _Run:
         self._turns: dict[str, Turn | None] = {}
         # LLM calls recorded in the run and not yet stored (``_apply_usage``).
         self.calls: list[usage_services.PricedCall] = []
+        # Turns whose ``usage`` changed in memory and is not written yet: a turn that
+        # ends in the run writes it with its end, in the same UPDATE.
+        self.usage_unwritten: set[str] = set()
 
     def store_calls(self) -> None:
         """Store the run's pending LLM calls and add them to the totals (one statement
@@ -610,14 +617,17 @@ def _apply_turn_end(run: _Run, event: protocol.TurnEnd) -> None:
     if response is None:
         raise MalformedEvent(f"{protocol.frame_type(event)} for an unknown response")
     run.store_calls()  # the session's totals are read for ``session.usage``
-    _finish_turn(
+    usage_pending = response.id in run.usage_unwritten
+    if _finish_turn(
         response,
         status=TURN_END_STATUS[type(event)],
         error=_error(event.error),
         model=run.model,
         agent=run.session.agent.name,
         unit=run.unit,
-    )
+        also_write=("usage",) if usage_pending else (),
+    ):
+        run.usage_unwritten.discard(response.id)
 
 
 def _apply_workspace_changes(run: _Run, event: protocol.WorkspaceChanges) -> None:
@@ -817,10 +827,14 @@ def _apply_usage(run: _Run, event: protocol.UsageRecorded) -> None:
     ):
         run.store_calls()
     response.usage = add_to_turn(response.usage, usage, call.cost_nano)
+    run.usage_unwritten.add(response.id)
 
-    # The turn's row is written once per run of events, with its latest sums.
+    # The turn's row is written once per run of events, with its latest sums: with its
+    # end when it ends in the run (``_apply_turn_end``), else at the run's end.
     def write_turn_usage() -> None:
-        update_row(response, ["usage"])
+        if response.id in run.usage_unwritten:
+            run.usage_unwritten.discard(response.id)
+            update_row(response, ["usage"])
 
     if not at_block_end(
         session_id=session.id,
