@@ -188,6 +188,7 @@ def stored_counts(session_id: str) -> tuple[int, int]:
     )
 
 
+@pytest.mark.usefixtures("webhook_subscriber")
 def test_a_spent_session_budget_with_deny_is_409_and_stores_nothing(
     client_for, create_session
 ) -> None:
@@ -230,6 +231,7 @@ def test_a_bundle_budget_with_deny_refuses_too(client_for, make_bundle) -> None:
     assert stored_counts(session_id) == (0, 0)
 
 
+@pytest.mark.usefixtures("webhook_subscriber")
 def test_a_user_over_the_daily_budget_is_429_until_midnight_utc(
     client_for, create_session, settings
 ) -> None:
@@ -364,6 +366,7 @@ def test_a_raise_adds_to_the_daily_limit_the_runner_gets(create_session, setting
     )
 
 
+@pytest.mark.usefixtures("webhook_subscriber")
 def test_a_turn_failed_budget_exceeded_is_a_webhook_event(create_session) -> None:
     session_id = create_session()
     _item, turn = runner_events.accept_message(
