@@ -9,6 +9,8 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from omnigent_runner import protocol
@@ -226,3 +228,31 @@ def test_each_user_is_counted_on_their_own_sessions(client_for, create_session) 
     alice, bob = get_or_create_user(ALICE), get_or_create_user(BOB)
     assert DailyUsage.objects.get(user_id=alice.pk).cost_nano == SECOND_COST
     assert DailyUsage.objects.get(user_id=bob.pk).cost_nano == FIRST_COST
+
+
+def test_a_turns_usage_is_written_with_its_end_or_at_the_runs_end(
+    client_for, create_session
+) -> None:
+    """A turn that ends in the run of its calls gets its ``usage`` in the end's UPDATE
+    (no UPDATE of its own); calls in a run without the end are written at that run's end."""
+    session_id, runner = bound_session(client_for, create_session)
+    turn = message(session_id)
+    send(runner, session_id, (1, protocol.ResponseCreated(response_id=turn.id)))
+    send(runner, session_id, (2, used(turn, **FIRST)))
+    assert Turn.objects.get(pk=turn.pk).usage["cost_nano"] == FIRST_COST
+    with CaptureQueriesContext(connection) as queries:
+        send(
+            runner,
+            session_id,
+            (3, used(turn, **SECOND)),
+            (4, protocol.ResponseCompleted(response_id=turn.id)),
+        )
+    turn_updates = [
+        query["sql"]
+        for query in queries
+        if query["sql"].startswith(f'UPDATE "{Turn._meta.db_table}"')
+    ]
+    assert len(turn_updates) == 1 and '"usage"' in turn_updates[0]
+    stored = Turn.objects.get(pk=turn.pk)
+    assert stored.status == Turn.Status.COMPLETED
+    assert stored.usage["cost_nano"] == FIRST_COST + SECOND_COST
