@@ -39,7 +39,7 @@ from sessions.serializers import (
     SessionUpdateSerializer,
 )
 from sessions.shapes import SessionDeletedOut, SessionOut, session_body, session_deleted_body
-from usage import selectors as usage_selectors
+from usage.shapes import session_usage_from_totals
 
 
 class SessionDetailView(SessionScopedMixin, APIView):
@@ -138,7 +138,7 @@ class SessionDetailView(SessionScopedMixin, APIView):
     def snapshot(self, session: Session, *, include_items: bool) -> SessionOut:
         items = selectors.snapshot_items(session_id=session.id) if include_items else []
         pending = selectors.pending_approvals(session_id=session.id)
-        usage = usage_selectors.session_usage(session_id=session.id)
+        usage = session_usage_from_totals(session.usage_totals)
         return session_body(
             session, level=self.session_level, items=items, pending=pending, usage=usage
         )

@@ -62,7 +62,7 @@ from sessions.stream_events import (
 )
 from usage import selectors as usage_selectors
 from usage import services as usage_services
-from usage.shapes import add_to_turn
+from usage.shapes import add_to_session_totals, add_to_turn, session_usage_from_totals
 from workspaces.services import apply_workspace_changes
 
 from . import scheduler
@@ -209,9 +209,12 @@ def _finish_turn(
     agent: str,
     unit: WriteUnit | None = None,
     also_write: Sequence[str] = (),
+    session: Session | None = None,
 ) -> bool:
     """End an open turn (False: it had ended already, nothing written). ``also_write``:
-    fields of ``response`` changed in memory that the end's UPDATE writes too."""
+    fields of ``response`` changed in memory that the end's UPDATE writes too.
+    ``session``: the turn's session row as the caller holds it (locked), whose
+    ``usage_totals`` ``session.usage`` shows; read otherwise."""
     if not response.is_open:
         return False
     response.status = status
@@ -249,7 +252,11 @@ def _finish_turn(
     )
     if response.usage:
         # The session's new totals reach watchers before the turn's end (docs/usage.md).
-        totals = usage_selectors.session_usage(session_id=response.session_id)
+        totals = (
+            session_usage_from_totals(session.usage_totals)
+            if session is not None
+            else usage_selectors.session_usage(session_id=response.session_id)
+        )
         if totals is not None:
             record_event(
                 session_id=response.session_id,
@@ -370,6 +377,7 @@ def fail_turn(*, session_id: str, response_id: str, code: str, message: str) -> 
                 error=error,
                 model=session.agent.model,
                 agent=session.agent.name,
+                session=session,
             )
         _set_session_state(session, status=Session.Status.FAILED, response_id=None, error=error)
 
@@ -385,6 +393,7 @@ def fail_open_turns(*, session_id: str, code: str, message: str) -> None:
                 error=error,
                 model=session.agent.model,
                 agent=session.agent.name,
+                session=session,
             )
         _set_session_state(session, status=Session.Status.FAILED, response_id=None, error=error)
 
@@ -626,6 +635,7 @@ def _apply_turn_end(run: _Run, event: protocol.TurnEnd) -> None:
         agent=run.session.agent.name,
         unit=run.unit,
         also_write=("usage",) if usage_pending else (),
+        session=run.session,
     ):
         run.usage_unwritten.discard(response.id)
 
@@ -710,6 +720,7 @@ def _apply_status(run: _Run, event: protocol.SessionStatus) -> None:
                 model=run.model,
                 agent=run.session.agent.name,
                 unit=run.unit,
+                session=run.session,
             )
         response_id = None
     _set_session_state(session, status=status, response_id=response_id, error=error, unit=run.unit)
@@ -845,8 +856,9 @@ def _apply_usage(run: _Run, event: protocol.UsageRecorded) -> None:
         write_turn_usage()
     if call.cost_nano is not None:
         session.total_cost_nano = (session.total_cost_nano or 0) + call.cost_nano
+    session.usage_totals = add_to_session_totals(session.usage_totals, usage, call.cost_nano)
     # ``updated_at`` moves the snapshot's ETag: its ``usage`` changed without an event.
-    save_session_fields(session, ["total_cost_nano", "updated_at"], unit=run.unit)
+    save_session_fields(session, ["total_cost_nano", "usage_totals", "updated_at"], unit=run.unit)
 
     # The runner's budgets after the run's calls: one ``policy.update`` per run.
     def send_budgets() -> None:
