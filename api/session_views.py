@@ -39,7 +39,7 @@ from sessions.serializers import (
     SessionUpdateSerializer,
 )
 from sessions.shapes import SessionDeletedOut, SessionOut, session_body, session_deleted_body
-from usage import selectors as usage_selectors
+from usage.shapes import session_usage_from_totals
 
 
 class SessionDetailView(SessionScopedMixin, APIView):
@@ -138,7 +138,7 @@ class SessionDetailView(SessionScopedMixin, APIView):
     def snapshot(self, session: Session, *, include_items: bool) -> SessionOut:
         items = selectors.snapshot_items(session_id=session.id) if include_items else []
         pending = selectors.pending_approvals(session_id=session.id)
-        usage = usage_selectors.session_usage(session_id=session.id)
+        usage = session_usage_from_totals(session.usage_totals)
         return session_body(
             session, level=self.session_level, items=items, pending=pending, usage=usage
         )
@@ -223,6 +223,7 @@ def etag_listed(*, header: str, etag: str) -> bool:
 class SessionEventsView(RenderJSONOnLoopMixin, SessionScopedMixin, AsyncAPIView):
     permission_classes = [IsAuthenticated, SessionAccess]
     session_with_agent = False
+    session_with_budgets = ("POST",)
     session_levels = {"POST": EDIT}
     # Every event goes to the session's runner: counted against its rate too.
     runner_throttled_methods = ("POST",)

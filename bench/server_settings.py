@@ -9,6 +9,11 @@ production configuration: this module only adds
   ``connection_created``), counting statements by their first word (``BEGIN`` counts
   transactions on SQLite, whose ``IMMEDIATE`` transactions are opened with a statement)
   and the seconds spent in them (lock waits included), per thread name;
+- with ``BENCH_SQL_LOG=path``, each statement's normalized text (whitespace collapsed,
+  ``IN (%s, %s, ...)`` lists and multi-row ``VALUES`` shortened, numbers as ``N``) with
+  its thread kind, one a line, and a ``#snapshot`` line at each ``GET /bench/queries``,
+  so the statements between two snapshots of two runs can be counted and diffed
+  (``bench/sql_log.py``);
 - ``bench.server_urls``: ``GET /bench/noop`` (a trivial async view, the floor of an
   HTTP request) and ``GET /bench/queries`` (the counters as JSON), before the
   project's own routes.
@@ -17,6 +22,7 @@ production configuration: this module only adds
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +47,23 @@ def _thread_kind(name: str) -> str:
 
 
 _log_path = os.environ.get("BENCH_SQL_LOG")
+_SPACE = re.compile(r"\s+")
+_PLACEHOLDERS = re.compile(r"\((?:%s|\?)(?:, (?:%s|\?))+\)")
+_ROWS = re.compile(r"(\([^()]*\))(?:, \1)+")
+_NUMBER = re.compile(r"\b\d+\b")
+
+
+def normalized(sql: str) -> str:
+    """``sql`` with what varies between two executions of the same statement left out."""
+    text = _SPACE.sub(" ", sql).strip()
+    text = _PLACEHOLDERS.sub("(%s, ...)", text)
+    text = _ROWS.sub(r"\1, ...", text)
+    return _NUMBER.sub("N", text)
+
+
+def _log(line: str) -> None:
+    with _lock, open(_log_path or os.devnull, "a") as log:
+        log.write(line + "\n")
 
 
 def _count(
@@ -48,8 +71,7 @@ def _count(
 ) -> Any:
     verb = sql.lstrip().split(None, 1)[0].upper() if sql.strip() else "?"
     if _log_path:
-        with _lock, open(_log_path, "a") as log:
-            log.write(f"{time.time():.4f} {threading.current_thread().name} {sql[:160]}\n")
+        _log(f"{_thread_kind(threading.current_thread().name)}\t{normalized(sql)}")
     started = time.perf_counter()
     try:
         return execute(sql, params, many, context)
@@ -70,6 +92,8 @@ def _install(sender: Any, connection: Any, **kwargs: Any) -> None:
 
 def snapshot() -> dict[str, Any]:
     """The counters so far (the benchmark takes differences between two snapshots)."""
+    if _log_path:
+        _log("#snapshot")
     with _lock:
         return {
             "statements": sum(_counts.values()),

@@ -63,7 +63,7 @@ from sessions.stream_events import (
 )
 from usage import selectors as usage_selectors
 from usage import services as usage_services
-from usage.shapes import add_to_turn
+from usage.shapes import add_to_session_totals, add_to_turn, session_usage_from_totals
 from workspaces.services import apply_workspace_changes
 
 from . import scheduler
@@ -212,16 +212,21 @@ def _finish_turn(
     agent: str,
     unit: WriteUnit | None = None,
     reported: protocol.ErrorInfo | None = None,
-) -> None:
-    """End an open turn. ``reported``: the runner's own error, whose budget (a
-    ``budget_exceeded`` failure's scope and amounts, when it names them) goes into the
-    ``budget.exceeded`` webhook event."""
+    also_write: Sequence[str] = (),
+    session: Session | None = None,
+) -> bool:
+    """End an open turn (False: it had ended already, nothing written). ``reported``:
+    the runner's own error, whose budget (a ``budget_exceeded`` failure's scope and
+    amounts, when it names them) goes into the ``budget.exceeded`` webhook event.
+    ``also_write``: fields of ``response`` changed in memory that the end's UPDATE
+    writes too. ``session``: the turn's session row as the caller holds it (locked),
+    whose ``usage_totals`` ``session.usage`` shows; read otherwise."""
     if not response.is_open:
-        return
+        return False
     response.status = status
     response.error = error
     response.completed_at = timezone.now()
-    update_row(response, ["status", "error", "completed_at"])
+    update_row(response, ["status", "error", "completed_at", *also_write])
     webhook_events.turn_ended(response)
     if status == Turn.Status.FAILED and (error or {}).get("code") == "budget_exceeded":
         # An older runner's error names no budget: those fields stay null.
@@ -255,7 +260,11 @@ def _finish_turn(
     )
     if response.usage:
         # The session's new totals reach watchers before the turn's end (docs/usage.md).
-        totals = usage_selectors.session_usage(session_id=response.session_id)
+        totals = (
+            session_usage_from_totals(session.usage_totals)
+            if session is not None
+            else usage_selectors.session_usage(session_id=response.session_id)
+        )
         if totals is not None:
             record_event(
                 session_id=response.session_id,
@@ -269,6 +278,7 @@ def _finish_turn(
         ),
         unit=unit,
     )
+    return True
 
 
 # --- views: accepting a user message ------------------------------------------------
@@ -386,6 +396,7 @@ def _fail_turns(*, session_id: str, error: dict[str, str], only: str | None = No
                 error=error,
                 model=session.agent.model,
                 agent=session.agent.name,
+                session=session,
             )
         _set_session_state(session, status=Session.Status.FAILED, response_id=None, error=error)
 
@@ -541,6 +552,9 @@ class _Run:
         self._turns: dict[str, Turn | None] = {}
         # LLM calls recorded in the run and not yet stored (``_apply_usage``).
         self.calls: list[usage_services.PricedCall] = []
+        # Turns whose ``usage`` changed in memory and is not written yet: a turn that
+        # ends in the run writes it with its end, in the same UPDATE.
+        self.usage_unwritten: set[str] = set()
 
     def store_calls(self) -> None:
         """Store the run's pending LLM calls and add them to the totals (one statement
@@ -620,7 +634,8 @@ def _apply_turn_end(run: _Run, event: protocol.TurnEnd) -> None:
     if response is None:
         raise MalformedEvent(f"{protocol.frame_type(event)} for an unknown response")
     run.store_calls()  # the session's totals are read for ``session.usage``
-    _finish_turn(
+    usage_pending = response.id in run.usage_unwritten
+    if _finish_turn(
         response,
         status=TURN_END_STATUS[type(event)],
         error=_error(event.error),
@@ -628,7 +643,10 @@ def _apply_turn_end(run: _Run, event: protocol.TurnEnd) -> None:
         agent=run.session.agent.name,
         unit=run.unit,
         reported=event.error,
-    )
+        also_write=("usage",) if usage_pending else (),
+        session=run.session,
+    ):
+        run.usage_unwritten.discard(response.id)
 
 
 def _apply_workspace_changes(run: _Run, event: protocol.WorkspaceChanges) -> None:
@@ -712,6 +730,7 @@ def _apply_status(run: _Run, event: protocol.SessionStatus) -> None:
                 agent=run.session.agent.name,
                 unit=run.unit,
                 reported=event.error,
+                session=run.session,
             )
         response_id = None
     _set_session_state(session, status=status, response_id=response_id, error=error, unit=run.unit)
@@ -829,10 +848,14 @@ def _apply_usage(run: _Run, event: protocol.UsageRecorded) -> None:
     ):
         run.store_calls()
     response.usage = add_to_turn(response.usage, usage, call.cost_nano)
+    run.usage_unwritten.add(response.id)
 
-    # The turn's row is written once per run of events, with its latest sums.
+    # The turn's row is written once per run of events, with its latest sums: with its
+    # end when it ends in the run (``_apply_turn_end``), else at the run's end.
     def write_turn_usage() -> None:
-        update_row(response, ["usage"])
+        if response.id in run.usage_unwritten:
+            run.usage_unwritten.discard(response.id)
+            update_row(response, ["usage"])
 
     if not at_block_end(
         session_id=session.id,
@@ -843,8 +866,9 @@ def _apply_usage(run: _Run, event: protocol.UsageRecorded) -> None:
         write_turn_usage()
     if call.cost_nano is not None:
         session.total_cost_nano = (session.total_cost_nano or 0) + call.cost_nano
+    session.usage_totals = add_to_session_totals(session.usage_totals, usage, call.cost_nano)
     # ``updated_at`` moves the snapshot's ETag: its ``usage`` changed without an event.
-    save_session_fields(session, ["total_cost_nano", "updated_at"], unit=run.unit)
+    save_session_fields(session, ["total_cost_nano", "usage_totals", "updated_at"], unit=run.unit)
 
     # The runner's budgets after the run's calls: one ``policy.update`` per run.
     def send_budgets() -> None:

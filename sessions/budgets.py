@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# ``Session.owner_daily_nano`` absent: the session was read without it.
+_UNREAD = object()
+
 # Bundles this server could not read, and when: tried again after a while.
 MISSING_BUNDLE_RETRY_S = 10.0
 _missing_bundles: dict[str, float] = {}
@@ -91,7 +94,10 @@ def budgets_for(session: Session, *, now: datetime | None = None) -> protocol.Bu
         )
     user_line = None
     day = usage_services.utc_day(now or usage_services.clock())
-    user = usage_selectors.user_budget(user_id=session.created_by_id, day=day)
+    # Read with the session when the caller asked for it (``selectors.session_for``).
+    read: Any = getattr(session, "owner_daily_nano", _UNREAD)
+    own = None if read is _UNREAD else (read,)
+    user = usage_selectors.user_budget(user_id=session.created_by_id, day=day, own=own)
     if user is not None:
         user_line = protocol.BudgetLine(
             scope="user", limit_nano=max(user[0], 0), spent_nano=max(user[1], 0)

@@ -116,6 +116,11 @@ class Session(models.Model):
     # The cost of its priced LLM calls in nano-dollars (docs/usage.md); null until one is
     # priced. Kept with the row, which every list row reads, under its lock.
     total_cost_nano = models.BigIntegerField(null=True, blank=True)
+    # Its LLM calls' sums by model (``{model: {tokens…, llm_calls, priced_calls,
+    # cost_nano}}``), as its ``usage.SessionUsage`` rows sum over their days; null before
+    # its first call. Written with ``total_cost_nano`` in the same UPDATE, so the
+    # snapshot's and ``session.usage``'s ``usage`` read no usage rows.
+    usage_totals = models.JSONField(null=True, blank=True)
     # Its budget in nano-dollars (usage.md, Budgets: ``PATCH budget_usd``, a schedule's
     # ``max_cost_usd``); null: the bundle's ``guardrails.budget_usd``, if any.
     budget_nano = models.BigIntegerField(null=True, blank=True)

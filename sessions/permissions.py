@@ -28,11 +28,13 @@ class SessionAccess(BasePermission):
         if not request.user or not request.user.is_authenticated:
             return False
         level = view.required_session_level(request)
+        for_budgets = request.method in getattr(view, "session_with_budgets", ())
         session, held = selectors.session_for(
             session_id=view.kwargs["session_id"],
             user=request.user,
             level=level,
-            with_agent=view.session_with_agent,
+            with_agent=view.session_with_agent or for_budgets,
+            with_owner_budget=for_budgets,
         )
         view.session = session
         view.session_level = held
@@ -43,6 +45,9 @@ class SessionScopedMixin:
     session_levels: dict[str, int] = {}
     # Views that never read ``session.agent`` skip loading it (one query less).
     session_with_agent = True
+    # Methods that may send a message, whose budget check (``budgets.check_message``)
+    # reads the agent and the owner's own budget: read with the session, in its query.
+    session_with_budgets: tuple[str, ...] = ()
     # Set by SessionAccess before the handler runs.
     session: Session
     session_level: int

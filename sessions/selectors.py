@@ -15,6 +15,7 @@ from django.db.models.functions import Coalesce
 from omnigent_site.domain_errors import Forbidden, NotFound
 from omnigent_site.rawsql import first_row, joined_columns, quoted, rows
 from omnigent_site.users import is_admin
+from usage.models import UserBudget
 
 from .models import Agent, Approval, Item, Permission, Session, Turn
 from .shapes import session_row
@@ -61,11 +62,18 @@ def _relations_sql(*, agent: bool) -> tuple[str, str]:
 
 
 @functools.cache
-def _session_with_grant_sql(*, with_agent: bool = False) -> str:
+def _session_with_grant_sql(*, with_agent: bool = False, with_owner_budget: bool = False) -> str:
     """One session row plus the caller's grant level and pin (NULL without a grant), its
-    runner and, if ``with_agent``, its agent."""
+    runner and, if ``with_agent``, its agent; if ``with_owner_budget``, its owner's own
+    daily budget as ``owner_daily_nano`` (NULL: none of their own)."""
     session_id, grant_session = quoted(Session, "id"), quoted(Permission, "session")
     columns, joins = _relations_sql(agent=with_agent)
+    if with_owner_budget:
+        columns += f", ub.{quoted(UserBudget, 'daily_nano')} AS owner_daily_nano"
+        joins += (
+            f" LEFT JOIN {quoted(UserBudget)} ub ON ub.{quoted(UserBudget, 'user')} "
+            f"= s.{quoted(Session, 'created_by')}"
+        )
     return (
         f"SELECT s.*, g.{quoted(Permission, 'level')} AS caller_level, "
         f"g.{quoted(Permission, 'pinned_at')} AS grant_pinned_at{columns} "
@@ -76,9 +84,16 @@ def _session_with_grant_sql(*, with_agent: bool = False) -> str:
 
 
 def session_for(
-    *, session_id: str, user: User, level: int, with_agent: bool = True
+    *,
+    session_id: str,
+    user: User,
+    level: int,
+    with_agent: bool = True,
+    with_owner_budget: bool = False,
 ) -> tuple[Session, int]:
     """The session, with its runner (and agent), if ``user`` holds at least ``level`` on it.
+    ``with_owner_budget``: also its owner's own daily budget (``owner_daily_nano``), which
+    a message's budget check reads (``budgets.check_message``), in the same query.
 
     No access at all is a 404 (existence is not revealed); some access but too
     little is a 403 that names the level needed.
@@ -93,7 +108,7 @@ def session_for(
         raise NotFound(f"session {session_id!r} not found")
     session = first_row(
         Session,
-        _session_with_grant_sql(with_agent=with_agent),
+        _session_with_grant_sql(with_agent=with_agent, with_owner_budget=with_owner_budget),
         [user.pk, session_id],
         joined=_relations(agent=with_agent),
     )

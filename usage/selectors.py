@@ -215,10 +215,11 @@ def own_daily_budget_nano(*, user_id: int) -> int | None:
     return row
 
 
-def daily_budget_nano(*, user_id: int) -> int | None:
-    """The user's daily budget: their own, else the server default; None: no budget."""
-    own = own_daily_budget_nano(user_id=user_id)
-    return own if own is not None else default_daily_budget_nano()
+def daily_budget_nano(*, user_id: int, own: tuple[int | None] | None = None) -> int | None:
+    """The user's daily budget: their own, else the server default; None: no budget.
+    ``own``: their own budget as the caller read it (a 1-tuple), else it is read here."""
+    mine = own[0] if own is not None else own_daily_budget_nano(user_id=user_id)
+    return mine if mine is not None else default_daily_budget_nano()
 
 
 def raised_nano(*, user_id: int, day: date) -> int:
@@ -240,12 +241,15 @@ def spent_nano(*, user_id: int, day: date) -> int:
     return int(total or 0)
 
 
-def user_budget(*, user_id: int | None, day: date) -> tuple[int, int] | None:
+def user_budget(
+    *, user_id: int | None, day: date, own: tuple[int | None] | None = None
+) -> tuple[int, int] | None:
     """``(limit, spent)`` of the user's budget for ``day`` (limit with the day's
-    raises); None when the user has no daily budget."""
+    raises); None when the user has no daily budget, then without reading the day's
+    rows. ``own``: see ``daily_budget_nano``."""
     if not user_id:
         return None
-    limit = daily_budget_nano(user_id=user_id)
+    limit = daily_budget_nano(user_id=user_id, own=own)
     if limit is None:
         return None
     return limit + raised_nano(user_id=user_id, day=day), spent_nano(user_id=user_id, day=day)

@@ -112,6 +112,32 @@ def model_usage_body(sums: Mapping[str, Any]) -> ModelUsageOut:
     return body  # type: ignore[return-value]
 
 
+def add_to_session_totals(
+    stored: Mapping[str, Any] | None, usage: CallUsage, cost_nano: int | None
+) -> dict[str, dict[str, int]]:
+    """A session's sums by model (``Session.usage_totals``) with one more call added (a
+    new dict), counted as ``usage.services.record_calls`` counts it in the totals rows."""
+    totals: dict[str, dict[str, int]] = {
+        model: dict(sums) for model, sums in (stored or {}).items()
+    }
+    sums = totals.setdefault(usage.model, dict.fromkeys(SUM_FIELDS, 0))
+    if usage.reported:
+        for name in TOKEN_FIELDS:
+            sums[name] = int(sums.get(name) or 0) + int(getattr(usage, name))
+    sums["llm_calls"] = int(sums.get("llm_calls") or 0) + 1
+    if cost_nano is not None:
+        sums["priced_calls"] = int(sums.get("priced_calls") or 0) + 1
+        sums["cost_nano"] = int(sums.get("cost_nano") or 0) + cost_nano
+    return totals
+
+
+def session_usage_from_totals(stored: Mapping[str, Any] | None) -> SessionUsageOut | None:
+    """The session's ``usage`` from ``Session.usage_totals``; None before its first call."""
+    if not stored:
+        return None
+    return session_usage_body(sorted(stored.items()))
+
+
 def session_usage_body(by_model: Iterable[tuple[str, Mapping[str, Any]]]) -> SessionUsageOut:
     """The session's ``usage``: every model's sums, and their total."""
     total: dict[str, int] = {}

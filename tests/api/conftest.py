@@ -101,3 +101,19 @@ def ask(session_id: str, *, turn: Turn, call_id: str = "call_1") -> Approval:
     )
     session = Session.objects.get(pk=session_id)
     return approvals.record_requested(session=session, turn=turn, event=event).approval
+
+
+@pytest.fixture
+def webhook_subscriber() -> Any:
+    """An enabled webhook taking every event type: without one, no event is written to
+    the outbox (nobody would receive it), so tests that read the outbox need it."""
+    from omnigent_site.users import get_or_create_user
+    from webhooks.models import Webhook
+
+    return Webhook.objects.create(
+        id="wh_subscriber",
+        owner=get_or_create_user("subscriber@example.com"),
+        url="https://hooks.example.com/all",
+        events=["*"],
+        secret="whsec_dGVzdA==",
+    )

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from audit.models import AuditRecord
 from omnigent_runner import protocol
@@ -189,6 +191,7 @@ def stored_counts(session_id: str) -> tuple[int, int]:
     )
 
 
+@pytest.mark.usefixtures("webhook_subscriber")
 def test_a_spent_session_budget_with_deny_is_409_and_stores_nothing(
     client_for, create_session
 ) -> None:
@@ -231,6 +234,7 @@ def test_a_bundle_budget_with_deny_refuses_too(client_for, make_bundle) -> None:
     assert stored_counts(session_id) == (0, 0)
 
 
+@pytest.mark.usefixtures("webhook_subscriber")
 def test_a_user_over_the_daily_budget_is_429_until_midnight_utc(
     client_for, create_session, settings
 ) -> None:
@@ -365,6 +369,7 @@ def test_a_raise_adds_to_the_daily_limit_the_runner_gets(create_session, setting
     )
 
 
+@pytest.mark.usefixtures("webhook_subscriber")
 def test_a_turn_failed_budget_exceeded_is_a_webhook_event(create_session) -> None:
     session_id = create_session()
     _item, turn = runner_events.accept_message(
@@ -527,3 +532,36 @@ def test_the_admin_sets_and_removes_a_users_budget_audited(client, root) -> None
     records = budget_records()
     assert [(r.actor, r.target_id) for r in records] == [(ROOT, BOB), (ROOT, BOB)]
     assert [r.details["new_daily_usd"] for r in records] == [3.0, None]
+
+
+@pytest.mark.parametrize("own_usd", [None, 1.0])
+def test_a_messages_budget_check_reads_the_agent_and_own_budget_with_the_session(
+    client_for, create_session, root, own_usd
+) -> None:
+    """``POST …/events`` reads the session with its agent and its owner's own budget in
+    one query: no statement of their own (a user's own budget still refuses)."""
+    session_id = create_session()
+    if own_usd is not None:
+        put = client_for(ROOT).put(
+            f"/v1/users/{ALICE}/budget", {"daily_usd": own_usd}, format="json"
+        )
+        assert put.status_code == 200
+        spend_today(ALICE, own_usd)
+    with CaptureQueriesContext(connection) as queries:
+        response = client_for(ALICE).post(
+            f"/v1/sessions/{session_id}/events", MESSAGE, format="json"
+        )
+    if own_usd is None:
+        assert_error(response, 503, "runner_unavailable")  # past the check: no runner
+    else:
+        assert_error(response, 429, "budget_exceeded", mentions="daily budget")
+    own_reads = [
+        query["sql"]
+        for query in queries
+        if query["sql"].startswith("SELECT")
+        and (
+            'FROM "usage_userbudget"' in query["sql"]
+            or 'FROM "agent_sessions_agent"' in query["sql"]
+        )
+    ]
+    assert own_reads == []

@@ -253,6 +253,7 @@ def test_patch_reschedules_from_now_and_disabling_clears_next_run(
 # --- firing -------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("webhook_subscriber")
 def test_a_due_occurrence_fires_once_into_a_new_session(
     client_for: Callable[[str | None], APIClient],
     agent_id: str,

@@ -3,12 +3,15 @@ adds to the turn, the session, and the user's day; the API and the stream show i
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from omnigent_runner import protocol
@@ -16,8 +19,10 @@ from omnigent_site.users import get_or_create_user
 from runners import runner_events
 from runners.models import Runner
 from sessions.models import Session, SessionEvent, Turn
+from usage import selectors as usage_selectors
 from usage import services as usage_services
 from usage.models import DailyUsage, LlmCall, MonthlyUsage, Price, SessionUsage
+from usage.shapes import session_usage_from_totals
 
 from .conftest import ALICE, BOB
 
@@ -226,3 +231,72 @@ def test_each_user_is_counted_on_their_own_sessions(client_for, create_session) 
     alice, bob = get_or_create_user(ALICE), get_or_create_user(BOB)
     assert DailyUsage.objects.get(user_id=alice.pk).cost_nano == SECOND_COST
     assert DailyUsage.objects.get(user_id=bob.pk).cost_nano == FIRST_COST
+
+
+def test_a_turns_usage_is_written_with_its_end_or_at_the_runs_end(
+    client_for, create_session
+) -> None:
+    """A turn that ends in the run of its calls gets its ``usage`` in the end's UPDATE
+    (no UPDATE of its own); calls in a run without the end are written at that run's end."""
+    session_id, runner = bound_session(client_for, create_session)
+    turn = message(session_id)
+    send(runner, session_id, (1, protocol.ResponseCreated(response_id=turn.id)))
+    send(runner, session_id, (2, used(turn, **FIRST)))
+    assert Turn.objects.get(pk=turn.pk).usage["cost_nano"] == FIRST_COST
+    with CaptureQueriesContext(connection) as queries:
+        send(
+            runner,
+            session_id,
+            (3, used(turn, **SECOND)),
+            (4, protocol.ResponseCompleted(response_id=turn.id)),
+        )
+    turn_updates = [
+        query["sql"]
+        for query in queries
+        if query["sql"].startswith(f'UPDATE "{Turn._meta.db_table}"')
+    ]
+    assert len(turn_updates) == 1 and '"usage"' in turn_updates[0]
+    stored = Turn.objects.get(pk=turn.pk)
+    assert stored.status == Turn.Status.COMPLETED
+    assert stored.usage["cost_nano"] == FIRST_COST + SECOND_COST
+
+
+def test_the_sessions_row_sums_its_calls_as_its_usage_rows_do(client_for, create_session) -> None:
+    """``Session.usage_totals`` (what the snapshot and ``session.usage`` show) equals the
+    sums of the session's ``SessionUsage`` rows, across runs, models and days."""
+    session_id, runner = bound_session(client_for, create_session)
+    turn = message(session_id)
+    send(
+        runner,
+        session_id,
+        (1, protocol.ResponseCreated(response_id=turn.id)),
+        (2, used(turn, **FIRST)),
+        (3, used(turn, model="mock-model", input_tokens=7, output_tokens=3)),
+    )
+    send(runner, session_id, (4, used(turn, reported=False)), (5, used(turn, **SECOND)))
+    send(runner, session_id, (6, protocol.ResponseCompleted(response_id=turn.id)))
+    session = Session.objects.get(pk=session_id)
+    expected = usage_selectors.session_usage(session_id=session_id)
+    assert expected is not None and expected["llm_calls"] == 4
+    assert session_usage_from_totals(session.usage_totals) == expected
+    assert client_for(ALICE).get(f"/v1/sessions/{session_id}").json()["usage"] == expected
+    shown = SessionEvent.objects.filter(session_id=session_id, type="session.usage").last()
+    assert shown is not None and shown.payload["usage"] == expected
+
+
+def test_the_migration_fills_the_sessions_totals_from_its_usage_rows(create_session) -> None:
+    from django.apps import apps
+
+    fill = importlib.import_module("sessions.migrations.0017_session_usage_totals").fill_totals
+    session_id = create_session()
+    for day, cost in ((date(2026, 3, 3), 5), (date(2026, 3, 4), 7)):
+        SessionUsage.objects.create(
+            session_id=session_id, day=day, model="m", input_tokens=2, llm_calls=1,
+            priced_calls=1, cost_nano=cost,
+        )  # fmt: skip
+    SessionUsage.objects.create(session_id=session_id, day=date(2026, 3, 4), model="n", llm_calls=1)
+    Session.objects.filter(pk=session_id).update(usage_totals=None)
+    fill(apps, None)
+    totals = Session.objects.get(pk=session_id).usage_totals
+    assert session_usage_from_totals(totals) == usage_selectors.session_usage(session_id=session_id)
+    assert totals["m"]["cost_nano"] == 12 and totals["n"]["llm_calls"] == 1

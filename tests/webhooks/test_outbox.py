@@ -14,10 +14,12 @@ from omnigent_site.users import get_or_create_user
 from runners import runner_events, services
 from sessions.models import Session, Turn
 from tests.api.conftest import ALICE, BOB, ask
+from tests.api.conftest import webhook_subscriber as webhook_subscriber
 from webhook_outbox.events import enqueue_webhook_event
 from webhook_outbox.models import WebhookEvent
+from webhooks.models import Webhook
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("webhook_subscriber")]
 
 
 def events(kind: str) -> list[WebhookEvent]:
@@ -89,3 +91,46 @@ def test_runner_online_and_offline() -> None:
     assert services.mark_disconnected(runner_id=runner.id, generation=connection.generation + 1)
     [offline] = events("runner.offline")
     assert offline.owner_id == owner.pk
+
+
+@pytest.mark.parametrize(
+    ("events", "enabled", "stored"),
+    [
+        (["*"], True, True),
+        (["session.created"], True, True),
+        (["turn.completed", "session.deleted"], True, False),
+        (["*"], False, False),
+    ],
+)
+def test_an_event_is_written_only_if_an_enabled_webhook_takes_its_type(
+    create_session: Callable[..., str],
+    webhook_subscriber: Webhook,
+    events: list[str],
+    enabled: bool,
+    stored: bool,
+) -> None:
+    """Nobody would receive it otherwise (automation.md: the fan-out deletes such a row)."""
+    Webhook.objects.filter(pk=webhook_subscriber.pk).update(events=events, enabled=enabled)
+    with transaction.atomic():
+        event = enqueue_webhook_event(type="session.created", data={"n": 1}, session_id="s_1")
+    assert event.id.startswith("evt_") and event.type == "session.created"
+    assert WebhookEvent.objects.filter(id=event.id).exists() is stored
+    assert event._state.adding is not stored
+    if stored:
+        row = WebhookEvent.objects.get(id=event.id)
+        assert (row.data, row.session_id, row.owner_id, row.audience, row.dispatched) == (
+            {"n": 1},
+            "s_1",
+            None,
+            None,
+            False,
+        )
+
+
+def test_no_webhook_no_row(create_session: Callable[..., str]) -> None:
+    Webhook.objects.all().delete()
+    session_id = create_session(ALICE)
+    session = Session.objects.get(pk=session_id)
+    turn = Turn.objects.create(session=session, status=Turn.Status.IN_PROGRESS)
+    runner_events.fail_turn(session_id=session_id, response_id=turn.id, code="x", message="boom")
+    assert not WebhookEvent.objects.exists()
