@@ -389,6 +389,7 @@ def test_a_turn_failed_budget_exceeded_is_a_webhook_event(create_session) -> Non
     assert event.data["error"]["code"] == "budget_exceeded"
 
 
+@pytest.mark.usefixtures("webhook_subscriber")
 @pytest.mark.parametrize(
     ("named", "amounts"),
     [
