@@ -25,7 +25,16 @@ from omnigent_runner.bundles import build_bundle  # noqa: E402
 from testing.processes import base_env, migrate, start_server  # noqa: E402
 
 AGENT = "name: big\ndescription: Measures.\nprompt: Answer.\nexecutor:\n  model: mock-model\n"
-PAGES = {"sessions": "/", "new session": "/new", "runners": "/runners", "sign-in": "/signin"}
+PAGES = {
+    "sessions": "/",
+    "new session": "/new",
+    "inbox": "/inbox",
+    "runners": "/runners",
+    "webhooks": "/webhooks",
+    "schedules": "/schedules",
+    "usage": "/usage",
+    "sign-in": "/signin",
+}
 WEIGHTS_JS = """() => {
   const sizes = {html: 0, js: 0, css: 0, modules: 0};
   const nav = performance.getEntriesByType('navigation')[0];
