@@ -412,6 +412,16 @@ class TunnelConsumer(AsyncWebsocketConsumer):
             )
             status = frame.status if isinstance(frame, RpcResult) else None
             reply = TunnelReply(ok=False, error=error, status=status)
+            if type(command) is TurnStart and not reply_channel:
+                # Sent fire and forget (a turn that waited for a slot, or one sent again
+                # by the resend sweep): nobody waits to fail it, and sent again it would
+                # only be refused again. It fails visibly, as a refused message does.
+                await database_sync_to_async(runner_events.fail_turn)(
+                    session_id=command.session_id,
+                    response_id=command.response_id,
+                    code="runner_unreachable",
+                    message=f"the runner did not accept the turn: {error.message}",
+                )
         if reply.ok and type(command) is TurnStart:
             # Marked by the event writer's next round, with the events that follow (the
             # turn's ``response.created``, which marks it anyway, or the running turn's),

@@ -129,6 +129,29 @@ async def test_an_ack_no_event_carries_is_marked_at_the_next_heartbeat(
     assert await upkeep.resend_unacked_starts() == 0
 
 
+async def test_a_copy_the_runner_refuses_fails_the_turn_instead_of_coming_back(
+    stubs: Stubs, runner_token: tuple[Runner, str], new_session: Callable[[], Session]
+) -> None:
+    """A ``turn.start`` nobody waits for that the runner refuses would be refused again
+    at every sweep: the turn fails visibly, as a refused message's turn does."""
+    runner, token = runner_token
+    stub = await stubs.online(token)
+    session = await in_db(bound)(await in_db(new_session)(), runner)
+    turn = await in_db(unacked_turn)(session, sent_s_ago=old())
+    assert await upkeep.resend_unacked_starts() == 1
+    await stub.nack(await stub.expect("turn.start"), code="session_not_open")
+    # The consumer handles frames in order: once the probe is answered, so is the nack.
+    await stub.nothing_pending()
+    failed = await in_db(Turn.objects.get)(pk=turn.pk)
+    assert failed.status == Turn.Status.FAILED
+    assert failed.error == {
+        "code": "runner_unreachable",
+        "message": "the runner did not accept the turn: no",
+    }
+    assert await upkeep.resend_unacked_starts() == 0
+    await stub.nothing_pending()
+
+
 def test_only_old_unacknowledged_open_turns_on_this_process_online_runners_are_found(
     alice: Any, new_session: Callable[[], Session]
 ) -> None:
