@@ -132,6 +132,7 @@ def test_the_runtime_applies_however_the_server_starts(
     assert set(line["tasks"].strip().split(", ")) == {
         "runners.liveness.beat_forever",
         "runners.upkeep.sweep_stale_runners_forever",
+        "runners.upkeep.resend_unacked_starts_forever",
         "runners.verdicts.sweep_expired_approvals_forever",
         "sessions.retention.retention_forever",
         "webhooks.delivery.deliver_forever",
