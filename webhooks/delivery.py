@@ -32,11 +32,12 @@ from datetime import datetime, timedelta
 import aiohttp
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from omnigent_site import metrics
+from omnigent_site.rawsql import insert_values, update_rows
 from omnigent_site.users import is_admin
 from webhook_outbox.models import WebhookEvent
 
@@ -292,7 +293,7 @@ def record_outcomes(
             .filter(pk__in=[claimed.delivery_id for claimed, _ in batch])
         }
         results: list[Delivery | None] = []
-        attempts: list[DeliveryAttempt] = []
+        attempts: list[tuple[object, ...]] = []
         changed: list[Delivery] = []
         # Per webhook: whether a delivery succeeded in this batch, and the failed events
         # counted after the last success.
@@ -308,13 +309,13 @@ def record_outcomes(
                 results.append(None)
                 continue
             attempts.append(
-                DeliveryAttempt(
-                    delivery=row,
-                    number=claimed.attempt,
-                    started_at=outcome.started_at,
-                    status_code=outcome.status_code,
-                    error=outcome.error,
-                    latency_ms=outcome.latency_ms,
+                (
+                    row.pk,
+                    claimed.attempt,
+                    outcome.started_at,
+                    outcome.status_code,
+                    outcome.error,
+                    outcome.latency_ms,
                 )
             )
             row.last_status_code = outcome.status_code
@@ -342,8 +343,8 @@ def record_outcomes(
                     failed_events[row.webhook_id] += 1
             changed.append(row)
             results.append(row)
-        DeliveryAttempt.objects.bulk_create(attempts, ignore_conflicts=True)
-        _store_results(changed)
+        insert_values(DeliveryAttempt, ATTEMPT_COLUMNS, attempts, ignore_conflicts=True)
+        update_rows(changed, _RESULT_FIELDS)
         to_reset = [
             pk
             for pk in reset - set(failed_events)
@@ -368,6 +369,10 @@ def record_outcomes(
     return results
 
 
+# An attempt's log row (``rawsql.insert_values``: no model instances to build).
+ATTEMPT_COLUMNS = ("delivery", "number", "started_at", "status_code", "error", "latency_ms")
+# The fields an attempt's result changes (``rawsql.update_rows``: not ``bulk_update``,
+# whose CASE WHEN per field and row cost more CPU than the attempts' HTTP requests).
 _RESULT_FIELDS = (
     "status",
     "last_status_code",
@@ -377,29 +382,6 @@ _RESULT_FIELDS = (
     "next_attempt_at",
     "updated_at",
 )
-
-
-def _store_results(rows: Sequence[Delivery]) -> None:
-    """Write the result fields of ``rows``: one parameterised ``UPDATE`` run for every row
-    (``executemany``). ``bulk_update`` builds a ``CASE WHEN`` per field and row, which cost
-    more CPU than the HTTP request of the delivery (docs/performance-history.md)."""
-    if not rows:
-        return
-    meta = Delivery._meta
-    fields = [meta.get_field(name) for name in _RESULT_FIELDS]
-    ops = connection.ops
-    assignments = ", ".join(f"{ops.quote_name(field.column)} = %s" for field in fields)  # type: ignore[union-attr]
-    sql = (
-        f"UPDATE {ops.quote_name(meta.db_table)} SET {assignments} "
-        f"WHERE {ops.quote_name(meta.pk.column)} = %s"  # type: ignore[union-attr]
-    )
-    params = [
-        [field.get_db_prep_save(getattr(row, field.attname), connection) for field in fields]  # type: ignore[union-attr]
-        + [row.pk]
-        for row in rows
-    ]
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
 
 
 def _count_deliveries(outcomes: list[str]) -> None:
