@@ -135,11 +135,19 @@ def claim_due(*, now: datetime, limit: int) -> list[Claimed]:
                 next_attempt_at=None,
                 claimed_until=None,
             )
-        taken = [row for row in rows if row not in lost]
+        lost_ids = {row.pk for row in lost}
+        taken = [row for row in rows if row.pk not in lost_ids]
         until = now + claim_lease()
         Delivery.objects.filter(pk__in=[row.pk for row in taken]).update(
             attempts=F("attempts") + 1, claimed_until=until, next_attempt_at=until
         )
+    # An event goes to several webhooks: its body is serialised once.
+    bodies: dict[str, str] = {}
+    for row in taken:
+        if row.event_id not in bodies:
+            bodies[row.event_id] = json.dumps(
+                event_body(row.event), separators=(",", ":"), ensure_ascii=False
+            )
     return [
         Claimed(
             delivery_id=row.pk,
@@ -147,7 +155,7 @@ def claim_due(*, now: datetime, limit: int) -> list[Claimed]:
             webhook_id=row.webhook_id,
             url=row.webhook.url,
             event_id=row.event_id,
-            body=json.dumps(event_body(row.event), separators=(",", ":"), ensure_ascii=False),
+            body=bodies[row.event_id],
             secrets=_secrets_in_force(row.webhook, now),
         )
         for row in taken
