@@ -463,12 +463,20 @@ class Worker:
         if batch:
             await database_sync_to_async(record_outcomes)(batch, now=self.clock(), rng=self.rng)
 
+    def _round(self, batch: list[tuple[Claimed, Outcome]], room: int) -> tuple[int, list[Claimed]]:
+        """A round's database work in one trip to a database thread (each hop costs the
+        event loop a thread hand-off): record, fan out, claim, each its own transaction."""
+        if batch:
+            record_outcomes(batch, now=self.clock(), rng=self.rng)
+        taken = fanout.fan_out(now=self.clock())
+        return taken, claim_due(now=self.clock(), limit=room)
+
     async def step(self) -> bool:
         """One round; True when there may be more to do at once."""
-        await self.record()
-        taken = await database_sync_to_async(fanout.fan_out)(now=self.clock())
+        batch, self.finished = self.finished, []
+        # Attempts ending meanwhile only free more room: the next round takes it.
         room = self.concurrency - len(self.in_flight)
-        claimed = await database_sync_to_async(claim_due)(now=self.clock(), limit=room)
+        taken, claimed = await database_sync_to_async(self._round)(batch, room)
         for one in claimed:
             task = asyncio.get_running_loop().create_task(self._attempt(one))
             self.in_flight.add(task)
