@@ -13,7 +13,7 @@ from datetime import datetime
 import pytest
 from django.apps import apps
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Model
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -23,11 +23,13 @@ from omnigent_site.rawsql import (
     first_row,
     insert_row,
     insert_rows,
+    insert_values,
     joined_columns,
     quoted,
     row_by,
     rows,
     update_row,
+    update_rows,
 )
 from omnigent_site.users import get_or_create_user
 from runners.models import Runner
@@ -439,6 +441,64 @@ def test_update_row_writes_what_the_orms_update_writes(
     with pytest.raises(ValueError, match="not expressions"):
         session.last_event_seq = F("last_event_seq") + 1  # type: ignore[assignment]
         update_row(session, ["last_event_seq"])
+
+
+def test_insert_values_stores_what_bulk_create_stores(
+    session: Session, django_assert_num_queries: Callable[..., object]
+) -> None:
+    """The guard of ``rawsql.insert_values``: rows given as values (a foreign key's key,
+    JSON, text, an aware datetime) stored as ``bulk_create`` stores the same, in one
+    statement; ``ignore_conflicts`` skips a row whose unique key exists, as
+    ``bulk_create``'s does, and without it the conflict is an error."""
+    at = timezone.now()
+    payload = {"type": "t", "delta": 'é "q" \\ \n', "n": [1, 2.5, None]}
+    names = ("session", "seq", "type", "payload", "created_at")
+    with django_assert_num_queries(1):
+        insert_values(
+            SessionEvent,
+            names,
+            [(session.pk, 7001, "t", payload, at), (session.pk, 7002, "u", {}, at)],
+        )
+    SessionEvent.objects.bulk_create(
+        [SessionEvent(session=session, seq=8001, type="t", payload=payload)]
+    )
+    SessionEvent.objects.filter(seq=8001).update(created_at=at)
+    mine, theirs = (SessionEvent.objects.get(session=session, seq=seq) for seq in (7001, 8001))
+    assert [mine.type, mine.payload, mine.created_at] == [
+        theirs.type,
+        theirs.payload,
+        theirs.created_at,
+    ]
+    assert timezone.is_aware(mine.created_at)
+    insert_values(SessionEvent, names, [(session.pk, 7001, "other", {}, at)], ignore_conflicts=True)
+    assert SessionEvent.objects.get(session=session, seq=7001).type == "t"
+    with pytest.raises(IntegrityError), transaction.atomic():
+        insert_values(SessionEvent, names, [(session.pk, 7002, "other", {}, at)])
+    insert_values(SessionEvent, names, [])  # nothing to store: no statement
+
+
+def test_update_rows_writes_what_update_row_writes(
+    make_bundle: Callable[..., bytes], django_assert_num_queries: Callable[..., object]
+) -> None:
+    """The guard of ``rawsql.update_rows``: each row gets its own values (JSON, text,
+    an aware datetime, NULL), as ``update_row`` writes them, in one statement run for
+    every row; the fields not named are left alone."""
+    alice = get_or_create_user(ALICE)
+    one, two, three = (create_session_from_bundle(user=alice, data=make_bundle()) for _ in "123")
+    untouched = field_values(Session.objects.get(pk=three.pk))
+    one.title, one.last_task_error, one.updated_at = "naïve ✓", {"code": "é"}, timezone.now()
+    two.title, two.last_task_error, two.updated_at = "two", None, timezone.now()
+    with django_assert_num_queries(1):
+        update_rows([one, two], ["title", "last_task_error", "updated_at"])
+    for instance in (one, two):
+        stored = Session.objects.get(pk=instance.pk)
+        assert [stored.title, stored.last_task_error, stored.updated_at] == [
+            instance.title,
+            instance.last_task_error,
+            instance.updated_at,
+        ]
+    assert field_values(Session.objects.get(pk=three.pk)) == untouched
+    update_rows([], ["title"])  # nothing to write: no statement
 
 
 def test_insert_row_stores_what_create_stores(

@@ -81,9 +81,15 @@ def test_a_completed_turn_arrives_signed(
     assert body["data"]["session_id"] == session_id
     assert body["data"]["response_id"] == response_id
     assert body["data"]["status"] == "completed" and body["data"]["error"] is None
-    with server.client() as client:
-        rows = client.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["data"]
-    assert [(row["type"], row["status"], row["attempts"]) for row in rows] == [
+
+    def recorded() -> list[tuple[str, str, int]] | None:
+        # The outcome is stored after the receiver answers (batched with others).
+        with server.client() as client:
+            rows = client.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["data"]
+        found = [(row["type"], row["status"], row["attempts"]) for row in rows]
+        return found if all(status != "pending" for _, status, _ in found) else None
+
+    assert wait_until(recorded, deadline_s=10, what="the delivery's outcome") == [
         ("turn.completed", "delivered", 1)
     ]
 

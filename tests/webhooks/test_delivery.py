@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -127,6 +129,64 @@ def test_redirects_are_not_followed(hook: Webhook, receiver: Receiver) -> None:
     [row] = deliver_round(timezone.now())
     assert row is not None and row.status == "pending" and row.last_status_code == 307
     assert len(receiver.requests) == 1
+
+
+def test_a_slow_receiver_times_out(hook: Webhook, receiver: Receiver, settings: Any) -> None:
+    settings.OMNIGENT_WEBHOOK_TIMEOUT_S = 0.5
+    answered = threading.Event()
+
+    def slow(got: object) -> int:
+        answered.wait(5)  # until the test ends: longer than the timeout
+        return 200
+
+    receiver.answer = slow
+    services.send_test(webhook=hook)
+    try:
+        [row] = deliver_round(timezone.now())
+    finally:
+        answered.set()
+    assert row is not None and row.status == "pending" and row.last_status_code is None
+    assert row.last_error == "timed out after 0.5 s"
+
+
+def test_an_answer_is_read_up_to_64_kib(local_receivers_allowed: None) -> None:
+    """A receiver answering 16 MiB: the attempt counts (2xx) and the sender closes the
+    connection after 64 KiB instead of reading the rest."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    sent_all: list[bool] = []
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            request = b""
+            while b"\r\n\r\n" not in request:
+                request += connection.recv(65536)
+            head, _, body = request.partition(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            while len(body) < length:
+                body += connection.recv(65536)
+            size = 16 * 1024 * 1024
+            try:
+                connection.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n" % size)
+                connection.sendall(b"x" * size)
+                sent_all.append(True)
+            except OSError:
+                sent_all.append(False)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        hook = services.create_webhook(
+            owner=get_or_create_user(ALICE), url=f"http://127.0.0.1:{port}/", events=["*"]
+        )
+        services.send_test(webhook=hook)
+        [row] = deliver_round(timezone.now())
+        thread.join(timeout=10)
+    finally:
+        listener.close()
+    assert row is not None and row.status == "delivered" and row.last_status_code == 200
+    assert sent_all == [False], "the sender read the whole answer"
 
 
 def test_rotation_signs_with_both_secrets(hook: Webhook, receiver: Receiver) -> None:
