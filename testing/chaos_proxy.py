@@ -31,9 +31,10 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
+
+from .loop_server import LoopThreadServer
 
 DropKind = Literal["rst", "fin", "blackhole_up", "blackhole_down", "resend"]
 DROP_KINDS: tuple[DropKind, ...] = ("rst", "fin", "blackhole_up", "blackhole_down", "resend")
@@ -73,8 +74,10 @@ class _Connection:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
-class ChaosProxy:
+class ChaosProxy(LoopThreadServer):
     """``ChaosProxy(port).start()``; point the runner at :attr:`url`; ``arm()`` drops."""
+
+    name = "chaos proxy"
 
     def __init__(
         self,
@@ -83,6 +86,7 @@ class ChaosProxy:
         target_host: str = "127.0.0.1",
         blackhole_limit_s: float = 30.0,
     ) -> None:
+        super().__init__()
         self.target = (target_host, target_port)
         self.blackhole_limit_s = blackhole_limit_s
         self.drops: list[Drop] = []
@@ -91,31 +95,9 @@ class ChaosProxy:
         self._armed: _Armed | None = None
         self._current: _Connection | None = None
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="chaos-proxy", daemon=True)
-        self._server: asyncio.Server | None = None
         self._idle_timer: asyncio.TimerHandle | None = None
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     # ----------------------------------------------------------------- control
-
-    def start(self) -> ChaosProxy:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise TimeoutError("the chaos proxy did not start")
-        return self
-
-    def stop(self) -> None:
-        if not self._thread.is_alive():
-            return
-        self._call(self._shutdown())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
 
     def arm(self, kind: DropKind, *, after_bytes: int, idle_s: float = 1.0) -> None:
         """Cut the live connection (or the next one) ``after_bytes`` bytes from now."""
@@ -132,27 +114,9 @@ class ChaosProxy:
             conn = self._current
             return conn is not None and not conn.closed and conn.black_hole is not None
 
-    def _call(self, coro: Coroutine[Any, Any, None]) -> None:
-        asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)
-
     # ------------------------------------------------------------------- loop
 
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._listen())
-        self._ready.set()
-        try:
-            self._loop.run_forever()
-        finally:
-            self._loop.close()
-
-    async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = int(self._server.sockets[0].getsockname()[1])
-
-    async def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()
+    async def _close_all(self) -> None:
         if self._current is not None:
             self._close(self._current, reset=False)
 

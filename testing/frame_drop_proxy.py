@@ -15,8 +15,10 @@ import asyncio
 import json
 import struct
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
+
+from .loop_server import LoopThreadServer
 
 CHUNK = 65536
 TEXT = 0x1
@@ -24,39 +26,20 @@ TEXT = 0x1
 Predicate = Callable[[dict[str, Any]], bool]
 
 
-class FrameDropProxy:
+class FrameDropProxy(LoopThreadServer):
     """``FrameDropProxy(port).start()``; point the runner at :attr:`url`."""
 
+    name = "frame-drop proxy"
+
     def __init__(self, target_port: int, *, target_host: str = "127.0.0.1") -> None:
+        super().__init__()
         self.target = (target_host, target_port)
         self.tunnels = 0  # WebSocket connections through the proxy
         self.dropped: list[dict[str, Any]] = []
         self._match: Predicate | None = None
         self._lock = threading.Lock()
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="frame-drop-proxy", daemon=True)
-        self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> FrameDropProxy:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise TimeoutError("the frame-drop proxy did not start")
-        return self
-
-    def stop(self) -> None:
-        if not self._thread.is_alive():
-            return
-        self._call(self._shutdown())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=10)
 
     def drop_next(self, match: Predicate) -> None:
         """Drop the next frame to the runner whose JSON ``match`` accepts (once)."""
@@ -68,25 +51,7 @@ class FrameDropProxy:
         with self._lock:
             return self._match is not None
 
-    def _call(self, coro: Coroutine[Any, Any, None]) -> None:
-        asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=10)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._listen())
-        self._ready.set()
-        try:
-            self._loop.run_forever()
-        finally:
-            self._loop.close()
-
-    async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = int(self._server.sockets[0].getsockname()[1])
-
-    async def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()
+    async def _close_all(self) -> None:
         for writer in list(self._writers):
             writer.close()
         for task in self._tasks:

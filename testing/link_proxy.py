@@ -20,11 +20,10 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-import threading
 import time
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+
+from .loop_server import LoopThreadServer
 
 CHUNK = 65536
 
@@ -36,17 +35,15 @@ class _Pipe:
     queue: asyncio.Queue[tuple[float, bytes]] = field(default_factory=asyncio.Queue)
 
 
-class LinkProxy:
+class LinkProxy(LoopThreadServer):
     """``LinkProxy(target_port).start()``; point the client at :attr:`port`."""
 
+    name = "link proxy"
+
     def __init__(self, target_port: int, *, target_host: str = "127.0.0.1") -> None:
+        super().__init__()
         self.target = (target_host, target_port)
-        self.port = 0
         self.connections = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="link-proxy")
-        self._server: asyncio.AbstractServer | None = None
-        self._ready = threading.Event()
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._cut = False
@@ -58,19 +55,6 @@ class LinkProxy:
         self.stalls = 0
 
     # --- control (any thread) ------------------------------------------------------------
-
-    def start(self) -> LinkProxy:
-        self._thread.start()
-        if not self._ready.wait(10):
-            raise TimeoutError("the link proxy did not start")
-        return self
-
-    def stop(self) -> None:
-        if not self._thread.is_alive():
-            return
-        self._call(self._shutdown())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
 
     def cut(self) -> None:
         """Reset every connection; refuse new ones until :meth:`restore`."""
@@ -88,26 +72,13 @@ class LinkProxy:
     def impair(self, *, delay_s: float = 0.0, stall_every: int = 0, stall_s: float = 0.0) -> None:
         self.delay_s, self.stall_every, self.stall_s = delay_s, stall_every, stall_s
 
-    def _call(self, coro: Coroutine[Any, Any, None]) -> None:
-        asyncio.run_coroutine_threadsafe(coro, self._loop).result(10)
-
     # --- the loop ------------------------------------------------------------------------
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._listen())
-        self._ready.set()
-        self._loop.run_forever()
-        self._loop.close()
 
     async def _listen(self) -> None:
         self._open.set()
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
+        await super()._listen()
 
-    async def _shutdown(self) -> None:
-        if self._server is not None:
-            self._server.close()
+    async def _close_all(self) -> None:
         await self._do_cut()
         for task in list(self._tasks):
             task.cancel()
