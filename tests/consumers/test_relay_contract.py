@@ -20,6 +20,7 @@ from django.test import AsyncClient
 from runners import services
 from runners.models import Runner
 from sessions.models import Item, Permission, Session, Turn
+from tests.tools import WEATHER_TOOL as TOOL
 
 from .stubs import (
     ALICE,
@@ -38,14 +39,6 @@ from .stubs import (
 
 pytestmark = [pytest.mark.timeout(60), pytest.mark.django_db(transaction=True)]
 
-TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
-}
 
 in_db = database_sync_to_async
 

@@ -32,6 +32,7 @@ from testing.processes import (
     wait_turn,
     wait_until,
 )
+from tests.tools import WEATHER_TOOL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
@@ -47,14 +48,6 @@ ENTRY_KEYS = {
     "modified_at",
     "lines_added",
     "lines_removed",
-}
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
 }
 
 

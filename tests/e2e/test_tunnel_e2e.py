@@ -21,17 +21,9 @@ from testing.processes import (
     wait_turn,
     wait_until,
 )
+from tests.tools import WEATHER_TOOL
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
-
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
-}
 
 
 def test_runner_online_bind_and_message_acknowledged(

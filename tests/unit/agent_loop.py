@@ -174,16 +174,6 @@ def done_items(sink: RecordingSink, response_id: str) -> list[Event]:
     return [e["item"] for e in sink.of("response.output_item.done", response_id)]
 
 
-WEATHER_TOOL = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Weather for a city.",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-    },
-}
-
-
 async def start(
     executor: AgentExecutor,
     yaml_text: str,

@@ -19,10 +19,10 @@ from omnigent_runner import protocol
 from omnigent_runner.agent import AgentExecutor
 from omnigent_runner.executor import CommandRejected
 from testing.mockllm import MockLLMServer
+from tests.tools import WEATHER_TOOL
 from tests.unit import agent_loop
 from tests.unit.agent_loop import (
     SID,
-    WEATHER_TOOL,
     Event,
     RecordingSink,
     agent,

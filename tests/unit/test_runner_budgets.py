@@ -20,10 +20,10 @@ from omnigent_runner import protocol
 from omnigent_runner.budgets import SessionBudgets, usd_text
 from omnigent_runner.policies import NO_GUARDRAILS, Guardrails
 from testing.mockllm import MockLLMServer
+from tests.tools import WEATHER_TOOL
 from tests.unit import agent_loop
 from tests.unit.agent_loop import (
     SID,
-    WEATHER_TOOL,
     Executor,
     RecordingSink,
     agent,

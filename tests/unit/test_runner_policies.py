@@ -26,10 +26,10 @@ from omnigent_runner.config import RunnerConfig
 from omnigent_runner.policies import RuleError, parse_guardrails, parse_rules
 from omnigent_runner.tunnel import RunnerTunnel
 from testing.mockllm import MockLLMServer, tool_then_echo
+from tests.tools import WEATHER_TOOL
 from tests.unit import agent_loop
 from tests.unit.agent_loop import (
     SID,
-    WEATHER_TOOL,
     Executor,
     RecordingSink,
     agent,
