@@ -43,7 +43,10 @@ VerdictAction = Literal["accept", "decline", "cancel"]
 
 
 def arguments_json(arguments: dict[str, Any]) -> str:
-    return json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "))
+    """Keys sorted: the arguments come back from PostgreSQL's ``jsonb`` in its own key
+    order, so the stream's event and a later snapshot show the same text only if the
+    order is the text's own."""
+    return json.dumps(arguments, ensure_ascii=False, separators=(", ", ": "), sort_keys=True)
 
 
 def content_preview(arguments: dict[str, Any]) -> str:

@@ -108,6 +108,9 @@ def test_the_question_sentence_and_preview() -> None:
     big = {"content": "z" * 5000}
     assert content_preview(big) == json.dumps(big, separators=(", ", ": "))[:1024]
     assert len(content_preview(big)) == 1024
+    # The same text whatever order the keys come back in (jsonb orders them its way).
+    assert content_preview({"path": "a", "content": "b"}) == '{"content": "b", "path": "a"}'
+    assert content_preview({"content": "b", "path": "a"}) == '{"content": "b", "path": "a"}'
 
 
 def test_a_question_is_in_the_snapshot_and_the_stream_log(client_for, create_session) -> None:
