@@ -60,6 +60,8 @@ bench: bootstrap-dev
 	$(BIN)/python -m bench.throughput --runs 2
 	$(BIN)/python -m bench.throughput --scaling 1,2,3
 	$(BIN)/python -m bench.throughput --scaling 1,2,3 --throttles
+	$(BIN)/python -m bench.throughput --sessions 200 --rounds-only --modes stream --runs 3
+	$(BIN)/python -m bench.throughput --rounds-only --modes poll --webhooks 5 --runs 3
 	$(BIN)/python -m bench.throttle_check
 	$(BIN)/python -m bench.runner_llm
 	$(BIN)/python -m bench.stream
