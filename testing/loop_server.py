@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Coroutine
 from typing import Any, Self
 
 
-class LoopThreadServer:
+class LoopThreadServer(ABC):
     """``start()`` returns once :attr:`port` listens; ``stop()`` closes the listener and
     every connection (``_close_all``) and ends the thread. Subclasses serve ``_accept``."""
 
@@ -64,8 +65,9 @@ class LoopThreadServer:
             self._server.close()
         await self._close_all()
 
+    @abstractmethod
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        raise NotImplementedError
+        """Serve one connection (on the loop)."""
 
     async def _close_all(self) -> None:
         """Close the connections the subclass holds (on the loop, at ``stop()``)."""
