@@ -69,5 +69,6 @@ class LoopThreadServer(ABC):
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one connection (on the loop)."""
 
+    @abstractmethod
     async def _close_all(self) -> None:
         """Close the connections the subclass holds (on the loop, at ``stop()``)."""
