@@ -56,6 +56,7 @@ from omnigent_runner.protocol import (
     with_id,
 )
 from omnigent_site import metrics, observability
+from omnigent_site.runtime.running_gate import run_ahead_of_requests
 from omnigent_site.runtime.shutdown import stopping
 from sessions import approvals
 
@@ -78,7 +79,7 @@ log = logging.getLogger(__name__)
 
 TOKEN_HEADER = b"x-omnigent-runner-tunnel-token"
 
-EVENT_BATCH = 500
+EVENT_BATCH = 100
 # How long a closing tunnel may take to store the events it already received.
 EVENT_DRAIN_TIMEOUT_S = 10.0
 
@@ -346,8 +347,11 @@ class TunnelConsumer(AsyncWebsocketConsumer):
                 for _ in range(min(len(batch), len(self.event_arrivals))):
                     self.event_arrivals.popleft()
                 started, self.acked_starts = self.acked_starts, []
-                acks = await database_sync_to_async(services.record_runner_events)(
-                    runner_id=self.runner_id, events=batch, acked_starts=started
+                acks = await run_ahead_of_requests(
+                    services.record_runner_events,
+                    runner_id=self.runner_id,
+                    events=batch,
+                    acked_starts=started,
                 )
                 if batch:
                     metrics.runner_events_stored(oldest_wait_s=time.monotonic() - oldest)

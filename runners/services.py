@@ -34,6 +34,7 @@ from omnigent_runner.protocol import (
     TurnStart,
 )
 from omnigent_site.domain_errors import Forbidden, InvalidInput
+from omnigent_site.runtime.write_priority import writing_ahead
 from omnigent_site.users import get_or_create_user, is_admin
 from sessions import approvals, budgets, runner_presence, updates
 from sessions.blobs import BundleMissing
@@ -517,15 +518,15 @@ def record_runner_events(
     less CPU per turn with one watcher per session, but a session with 200 watchers was
     fanned out about twice as late (``docs/performance-history.md``, stage 3).
     """
-    with publishing_together() as unit:
+    with publishing_together() as unit, writing_ahead():
         acks = _record_runs(runner_id=runner_id, events=events, unit=unit)
-    if acked_starts:
-        created = {
-            (session_id, event.response_id)
-            for session_id, _seq, event in events
-            if type(event) is ResponseCreated
-        }
-        runner_events.mark_starts_acked(starts=set(acked_starts) - created)
+        if acked_starts:
+            created = {
+                (session_id, event.response_id)
+                for session_id, _seq, event in events
+                if type(event) is ResponseCreated
+            }
+            runner_events.mark_starts_acked(starts=set(acked_starts) - created)
     return acks
 
 
@@ -535,12 +536,21 @@ def _record_runs(
     runs: dict[str, list[tuple[int, Any]]] = {}
     for session_id, seq, event in events:
         runs.setdefault(session_id, []).append((seq, event))
-    return {
-        session_id: runner_events.record(
+    out = {}
+    import time as _t
+
+    for session_id, run in runs.items():
+        _a = _t.monotonic()
+        out[session_id] = runner_events.record(
             runner_id=runner_id, session_id=session_id, events=run, unit=unit
         )
-        for session_id, run in runs.items()
-    }
+        _w = _t.monotonic() - _a
+        if _w > 0.03:
+            with open("/tmp/rec.log", "a") as f:
+                f.write(
+                    f"{_a:.3f} rec={_w:.3f} n={len(run)} {[type(e).__name__ for _, e in run]}\n"
+                )
+    return out
 
 
 # --- binding ----------------------------------------------------------------------

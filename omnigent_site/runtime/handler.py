@@ -55,7 +55,7 @@ from django.core.handlers.asgi import ASGIHandler, ASGIRequest
 from django.db import close_old_connections
 from django.http import HttpResponseBase
 
-from .running_gate import Place, RunningGate
+from .running_gate import Place, RunningGate, use_request_gate
 
 T = TypeVar("T")
 
@@ -281,7 +281,9 @@ class PooledThreadsASGIHandler(ASGIHandler):
 def get_pooled_asgi_application() -> PooledThreadsASGIHandler:
     """Like ``django.core.asgi.get_asgi_application``, with the pooled handler."""
     django.setup(set_prefix=False)
-    return PooledThreadsASGIHandler(
+    handler = PooledThreadsASGIHandler(
         max_idle_threads=settings.OMNIGENT_REQUEST_THREADS_IDLE,
         max_running_threads=settings.OMNIGENT_REQUEST_THREADS_RUNNING,
     )
+    use_request_gate(handler.threads.gate)
+    return handler

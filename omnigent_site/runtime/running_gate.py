@@ -22,6 +22,13 @@ its place while it waits on a lock (the SQLite write lock) for less than that:
 lending the place for such waits was measured and let more threads contend again
 (pollers got a quarter less done).
 
+The tunnel's event writer, storing what runners report about turns already running,
+takes its place here too (``run_ahead_of_requests``), ahead of every waiting request
+call, and its place is never lent. When 200 messages were posted at once, the writer
+had competed with the burst's request calls for the GIL and the write lock, and every
+running turn's stream stood still until the burst was stored (up to 2.7 s); now the
+burst waits for the writer's batch instead (``docs/performance.md``, 200 sessions).
+
 The gate is a throughput measure, never a reason to stall: a call that has waited
 ``wait_s`` for a place (the queue is longer than the server can serve) starts anyway
 (counted in ``overflows``, logged at most once a minute). A watchdog thread, started
@@ -31,14 +38,20 @@ waits.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from channels.db import database_sync_to_async
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # How long a call waits for a place among the running ones before it runs anyway.
 GATE_WAIT_S = 1.0
@@ -50,10 +63,12 @@ GATE_WARNING_INTERVAL_S = 60.0
 
 @dataclass(slots=True, eq=False)
 class Place:
-    """A running call's place: counted against the limit while ``held``."""
+    """A running call's place: counted against the limit while ``held``; a place taken
+    ``ahead`` (``RunningGate.enter``) is never lent."""
 
     since: float
     held: bool = True
+    lendable: bool = True
 
 
 # Starts a call: with a place among the running ones, or over the limit (None). The
@@ -65,11 +80,12 @@ Start = Callable[[Place | None], None]
 class _Waiting:
     start: Start
     since: float
+    ahead: bool = False
 
 
 class RunningGate:
     """At most ``limit`` request calls run their sync code at once (``0``: no limit);
-    the others wait in arrival order."""
+    the others wait in arrival order, behind the calls entered ``ahead``."""
 
     def __init__(
         self, *, limit: int, wait_s: float = GATE_WAIT_S, slow_s: float = GATE_SLOW_S
@@ -82,6 +98,7 @@ class RunningGate:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._held: deque[Place] = deque()  # the places counted now, oldest first
+        self._ahead: deque[_Waiting] = deque()
         self._waiting: deque[_Waiting] = deque()
         self._watchdog: threading.Thread | None = None
         self._watchdog_idle = False  # asleep until a call waits (no deadline)
@@ -89,18 +106,25 @@ class RunningGate:
 
     @property
     def waiting(self) -> int:
-        return len(self._waiting)
+        return len(self._ahead) + len(self._waiting)
 
-    def enter(self, start: Start) -> None:
-        """Start a call now if a place is free; otherwise when one is, or after ``wait_s``."""
+    def enter(self, start: Start, *, ahead: bool = False) -> None:
+        """Start a call now if a place is free; otherwise when one is, or after ``wait_s``.
+
+        A call entered ``ahead`` gets the next free place before every other waiting
+        call, and keeps it until it is over (it is not lent when slow): the tunnel's
+        writer storing what runners report, so turns already running reach their
+        watchers while a burst of new requests waits (``run_ahead_of_requests``).
+        """
         if not self.limit:
             start(None)
             return
         with self._lock:
             if len(self._held) < self.limit:
-                place = self._hold()
+                place = self._hold(lendable=not ahead)
             else:
-                self._waiting.append(_Waiting(start, time.monotonic()))
+                waiting = _Waiting(start, time.monotonic(), ahead)
+                (self._ahead if ahead else self._waiting).append(waiting)
                 if self._watchdog is None:
                     self._watchdog = threading.Thread(
                         target=self._watch, name="request-gate-watchdog", daemon=True
@@ -117,8 +141,8 @@ class RunningGate:
         start(place)
 
     def leave(self, place: Place | None) -> None:
-        """A call is over: its place (unless already lent) goes to the longest-waiting
-        call, if any."""
+        """A call is over: its place (unless already lent) goes to the next waiting call,
+        if any."""
         if place is None:
             return
         with self._lock:
@@ -126,46 +150,70 @@ class RunningGate:
                 return
             place.held = False
             self._held.remove(place)
-            if not self._waiting:
+            if not (self._ahead or self._waiting):
                 return
-            successor = self._waiting.popleft()
-            handed = self._hold()
+            successor = self._next()
+            handed = self._hold(lendable=not successor.ahead)
         successor.start(handed)
 
-    def _hold(self) -> Place:
+    def _next(self) -> _Waiting:
+        """The next waiting call, taken from its queue (with the lock held)."""
+        return self._ahead.popleft() if self._ahead else self._waiting.popleft()
+
+    def _oldest_queue(self) -> deque[_Waiting]:
+        """The queue whose first call has waited longest (one is not empty)."""
+        if not self._waiting or (self._ahead and self._ahead[0].since <= self._waiting[0].since):
+            return self._ahead
+        return self._waiting
+
+    def _oldest_waiting_since(self) -> float:
+        return self._oldest_queue()[0].since
+
+    def _hold(self, *, lendable: bool = True) -> Place:
         """A new place, counted (with the lock held)."""
-        place = Place(time.monotonic())
+        place = Place(time.monotonic(), lendable=lendable)
         self._held.append(place)
         return place
+
+    def _slowest_lendable(self) -> Place | None:
+        """The longest-held place that may be lent (with the lock held)."""
+        return next((place for place in self._held if place.lendable), None)
 
     def _watch(self) -> None:
         """Lend the places of calls that have run ``slow_s``, and start calls that have
         waited ``wait_s``, while calls wait."""
         while True:
             with self._lock:
-                while not self._waiting:
+                while not (self._ahead or self._waiting):
                     self._watchdog_idle = True
                     self._changed.wait()
                 self._watchdog_idle = False
                 now = time.monotonic()
                 starts: list[tuple[_Waiting, Place | None]] = []
-                while self._waiting and self._held and now - self._held[0].since >= self.slow_s:
-                    slow = self._held.popleft()
+                while self._ahead or self._waiting:
+                    slow = self._slowest_lendable()
+                    if slow is None or now - slow.since < self.slow_s:
+                        break
+                    self._held.remove(slow)
                     slow.held = False  # it runs on without a place
                     self.lent += 1
-                    starts.append((self._waiting.popleft(), self._hold()))
-                overflowed = bool(self._waiting) and now - self._waiting[0].since >= self.wait_s
+                    successor = self._next()
+                    starts.append((successor, self._hold(lendable=not successor.ahead)))
+                overflowed = bool(self._ahead or self._waiting) and (
+                    now - self._oldest_waiting_since() >= self.wait_s
+                )
                 if overflowed:
-                    starts.append((self._waiting.popleft(), None))
+                    starts.append((self._oldest_queue().popleft(), None))
                     self.overflows += 1
                     count = self.overflows
                     warn = now - self._warned_at >= GATE_WARNING_INTERVAL_S
                     if warn:
                         self._warned_at = now
                 if not starts:
-                    deadlines = [self._waiting[0].since + self.wait_s]
-                    if self._held:
-                        deadlines.append(self._held[0].since + self.slow_s)
+                    deadlines = [self._oldest_waiting_since() + self.wait_s]
+                    slow = self._slowest_lendable()
+                    if slow is not None:
+                        deadlines.append(slow.since + self.slow_s)
                     self._changed.wait(min(deadlines) - now)
                     continue
             if overflowed and warn:
@@ -182,3 +230,42 @@ class RunningGate:
                     waiting.start(place)
                 except Exception:
                     log.exception("could not start a request call that waited for a place")
+
+
+# The gate of this process's request calls, set when the pooled handler is made.
+_request_gate: RunningGate | None = None
+
+
+def use_request_gate(gate: RunningGate | None) -> None:
+    """Make ``gate`` the one ``run_ahead_of_requests`` takes its places from."""
+    global _request_gate
+    _request_gate = gate
+
+
+async def run_ahead_of_requests(fn: Callable[..., T], /, **kwargs: Any) -> T:
+    """Run ``fn(**kwargs)`` as ``database_sync_to_async`` does, once it has a running place
+    taken ahead of every request call waiting for one (or without one when the process
+    serves no requests through the gate). The wait has the gate's deadline."""
+    gate = _request_gate
+    call = database_sync_to_async(fn)
+    if gate is None or not gate.limit:
+        return await call(**kwargs)
+    loop = asyncio.get_running_loop()
+    placed: asyncio.Future[Place | None] = loop.create_future()
+
+    def hand(place: Place | None) -> None:
+        if placed.cancelled():
+            gate.leave(place)
+        else:
+            placed.set_result(place)
+
+    def start(place: Place | None) -> None:
+        # Called by whichever thread frees a place: the result is set on the loop.
+        loop.call_soon_threadsafe(hand, place)
+
+    gate.enter(start, ahead=True)
+    place = await placed
+    try:
+        return await call(**kwargs)
+    finally:
+        gate.leave(place)

@@ -579,3 +579,37 @@ def test_the_routes_after_the_hottest_still_resolve() -> None:
     assert resolve("/v1/sessions/conv_1/items").url_name == "session-items"
     assert resolve("/v1/sessions/conv_1/policies").url_name == "session-policies"
     assert resolve("/v1/runners/r_1").url_name == "runner-detail"
+
+
+def test_any_waiting_reads_what_the_queryset_reads(session: Session) -> None:
+    """``scheduler.any_waiting`` (plain SQL, asked after every turn's end) answers as the
+    queryset it replaced, whatever turns the table holds."""
+    from runners import scheduler
+
+    def orm() -> bool:
+        return Turn.objects.filter(status=Turn.Status.QUEUED, dispatched_at__isnull=True).exists()
+
+    assert scheduler.any_waiting() is orm() is False
+    dispatched = Turn.objects.create(session=session)  # queued, and sent to the runner
+    running = Turn.objects.create(
+        session=session, status=Turn.Status.IN_PROGRESS, dispatched_at=None
+    )
+    assert scheduler.any_waiting() is orm() is False
+    waiting = Turn.objects.create(session=session, dispatched_at=None)
+    assert scheduler.any_waiting() is orm() is True
+    Turn.objects.filter(pk=waiting.pk).update(dispatched_at=timezone.now())
+    assert scheduler.any_waiting() is orm() is False
+    assert dispatched.pk and running.pk
+
+
+def test_any_waiting_reads_the_partial_index_on_sqlite() -> None:
+    """The status is written into the statement, not bound, so SQLite can use the partial
+    index ``turn_waiting`` (a bound value cannot be proven to match its condition)."""
+    from runners.scheduler import _any_waiting_sql
+
+    if connection.vendor != "sqlite":
+        pytest.skip("the query plan checked here is SQLite's; this run uses " + connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN QUERY PLAN " + _any_waiting_sql())
+        plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+    assert "turn_waiting" in plan, plan

@@ -419,3 +419,123 @@ def test_the_server_handler_takes_the_limit_from_the_settings(
     settings.OMNIGENT_REQUEST_THREADS_IDLE = 5
     app = handler_module.get_pooled_asgi_application()
     assert app.threads.gate.limit == 3 and app.threads.max_idle == 5
+
+
+class Starts:
+    """Records which calls a gate started, with their places."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+        self.places: dict[str, Place | None] = {}
+        self.events: dict[str, threading.Event] = {}
+
+    def start(self, name: str) -> Callable[[Place | None], None]:
+        self.events[name] = threading.Event()
+
+        def run(place: Place | None) -> None:
+            self.order.append(name)
+            self.places[name] = place
+            self.events[name].set()
+
+        return run
+
+
+def test_a_call_entered_ahead_starts_before_the_waiting_calls_and_is_never_lent() -> None:
+    gate = RunningGate(limit=1, wait_s=60.0, slow_s=0.05)
+    starts = Starts()
+    gate.enter(starts.start("request A"))
+    gate.enter(starts.start("request B"))
+    gate.enter(starts.start("runner events"), ahead=True)
+    gate.leave(starts.places["request A"])
+    assert starts.order == ["request A", "runner events"]
+    # Held far past slow_s, the writer's place is not lent to the waiting request.
+    time.sleep(0.3)  # a negative: six times slow_s, the watchdog would have lent it
+    assert starts.order == ["request A", "runner events"] and gate.lent == 0
+    gate.leave(starts.places["runner events"])
+    assert starts.order == ["request A", "runner events", "request B"]
+    gate.leave(starts.places["request B"])
+    assert gate.waiting == 0
+
+
+def test_a_slow_request_lends_its_place_to_a_call_waiting_ahead_first() -> None:
+    gate = RunningGate(limit=1, wait_s=60.0, slow_s=0.05)
+    starts = Starts()
+    gate.enter(starts.start("slow request"))
+    gate.enter(starts.start("request"))
+    gate.enter(starts.start("runner events"), ahead=True)
+    assert starts.events["runner events"].wait(10)
+    assert starts.order == ["slow request", "runner events"] and gate.lent == 1
+    assert starts.places["runner events"] is not None
+    gate.leave(starts.places["runner events"])
+    assert starts.order[-1] == "request"
+
+
+def test_a_call_waiting_ahead_has_the_gates_deadline_too() -> None:
+    gate = RunningGate(limit=1, wait_s=0.1, slow_s=60.0)
+    starts = Starts()
+    gate.enter(starts.start("runner events"), ahead=True)
+    gate.enter(starts.start("more runner events"), ahead=True)  # the place is never lent
+    assert starts.events["more runner events"].wait(10)
+    assert starts.places["more runner events"] is None and gate.overflows == 1
+
+
+@pytest.mark.timeout(30)
+def test_run_ahead_of_requests_runs_before_the_waiting_request_calls() -> None:
+    import asyncio
+
+    from omnigent_site.runtime.running_gate import run_ahead_of_requests, use_request_gate
+
+    gate = RunningGate(limit=1, wait_s=60.0, slow_s=60.0)
+    starts = Starts()
+    order: list[str] = []
+
+    def store() -> str:
+        order.append("runner events")
+        return "stored"
+
+    async def scenario() -> None:
+        gate.enter(starts.start("request A"))
+        gate.enter(starts.start("request B"))
+        writer = asyncio.ensure_future(run_ahead_of_requests(store))
+        await asyncio.sleep(0)  # it enters the gate before its first wait
+        assert gate.waiting == 2 and not writer.done()
+        gate.leave(starts.places["request A"])
+        assert await asyncio.wait_for(writer, 10) == "stored"
+        # Its place went back and on to the request that waited.
+        assert starts.order == ["request A", "request B"]
+
+    use_request_gate(gate)
+    try:
+        asyncio.run(scenario())
+    finally:
+        use_request_gate(None)
+    assert order == ["runner events"]
+    gate.leave(starts.places["request B"])
+    assert gate.waiting == 0
+
+
+@pytest.mark.timeout(30)
+def test_a_call_ahead_cancelled_while_it_waits_gives_the_place_it_gets_back() -> None:
+    import asyncio
+
+    from omnigent_site.runtime.running_gate import run_ahead_of_requests, use_request_gate
+
+    gate = RunningGate(limit=1, wait_s=60.0, slow_s=60.0)
+    starts = Starts()
+
+    async def scenario() -> None:
+        gate.enter(starts.start("request A"))
+        writer = asyncio.ensure_future(run_ahead_of_requests(lambda: None))
+        await asyncio.sleep(0)  # it enters the gate before its first wait
+        assert gate.waiting == 1
+        writer.cancel()
+        gate.enter(starts.start("request B"))
+        gate.leave(starts.places["request A"])  # to the cancelled call, which hands it on
+        await asyncio.sleep(0)  # the hand-over runs on the loop, in its next round
+
+    use_request_gate(gate)
+    try:
+        asyncio.run(scenario())
+    finally:
+        use_request_gate(None)
+    assert starts.order == ["request A", "request B"]

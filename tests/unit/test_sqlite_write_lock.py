@@ -8,11 +8,14 @@ if Django stops doing so, the lock is never taken (or never released) and these 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 import pytest
 from django.db import OperationalError, connection, connections, transaction
 
-from omnigent_site.runtime.sqlite3.base import DatabaseWrapper, write_lock
+from omnigent_site.runtime.sqlite3.base import DatabaseWrapper, WriteLock, write_lock
+from omnigent_site.runtime.write_priority import writing_ahead
 from sessions.models import Agent
 
 pytestmark = [pytest.mark.timeout(30), pytest.mark.django_db(transaction=True)]
@@ -26,7 +29,7 @@ def sqlite_only() -> None:
         pytest.skip("the write lock is for SQLite; this run uses " + connection.vendor)
 
 
-def this_lock() -> threading.Lock:
+def this_lock() -> WriteLock:
     return write_lock(str(connection.settings_dict["NAME"]))
 
 
@@ -120,3 +123,131 @@ def test_waiting_is_bounded_by_the_database_timeout() -> None:
     assert len(errors) == 1
     assert isinstance(errors[0], OperationalError)
     assert "database is locked" in str(errors[0])
+
+
+def wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+def test_the_lock_is_handed_over_in_order_urgent_waiters_first() -> None:
+    lock = WriteLock()
+    order: list[str] = []
+
+    def waiter(name: str, urgent: bool) -> threading.Thread:
+        def run() -> None:
+            assert lock.acquire(timeout=WAIT_S, urgent=urgent)
+            order.append(name)
+            lock.release()
+
+        thread = threading.Thread(target=run)
+        before = lock.waiting
+        thread.start()
+        wait_until(lambda: lock.waiting == before + 1)  # queued in this order
+        return thread
+
+    assert lock.acquire(timeout=WAIT_S)
+    threads = [
+        waiter("first", False),
+        waiter("second", False),
+        waiter("urgent", True),
+        waiter("urgent too", True),
+    ]
+    lock.release()
+    for thread in threads:
+        thread.join(WAIT_S)
+    assert order == ["urgent", "urgent too", "first", "second"]
+    assert not lock.locked() and lock.waiting == 0
+
+
+def test_a_waiter_whose_time_runs_out_leaves_the_queue() -> None:
+    lock = WriteLock()
+    assert lock.acquire(timeout=WAIT_S)
+    assert not lock.acquire(timeout=0.05)
+    assert lock.waiting == 0
+    lock.release()
+    assert not lock.locked()
+    with pytest.raises(RuntimeError):
+        lock.release()
+
+
+def in_thread(fn: Callable[[], None]) -> threading.Thread:
+    def run() -> None:
+        try:
+            fn()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_a_block_writing_ahead_keeps_the_lock_from_its_first_transaction_to_its_end() -> None:
+    """The tunnel's event writer stores a batch as one transaction per session; between
+    them a request's transaction does not get in."""
+    lock = this_lock()
+    order: list[str] = []
+    between = threading.Event()
+    go_on = threading.Event()
+
+    def batch() -> None:
+        with writing_ahead():
+            with transaction.atomic():
+                order.append("session 1")
+            between.set()
+            assert go_on.wait(WAIT_S)
+            assert lock.locked()
+            with transaction.atomic():
+                order.append("session 2")
+        order.append("batch over")
+
+    def request() -> None:
+        with transaction.atomic():
+            order.append("request")
+
+    writer = in_thread(batch)
+    assert between.wait(WAIT_S)
+    other = in_thread(request)
+    wait_until(lambda: lock.waiting == 1)
+    go_on.set()
+    writer.join(WAIT_S)
+    other.join(WAIT_S)
+    assert order[:2] == ["session 1", "session 2"] and "request" in order[2:]
+    assert not lock.locked()
+
+
+def test_a_block_writing_ahead_gets_the_lock_before_writers_that_waited_longer() -> None:
+    lock = this_lock()
+    order: list[str] = []
+
+    def request() -> None:
+        with transaction.atomic():
+            order.append("request")
+
+    def batch() -> None:
+        with writing_ahead(), transaction.atomic():
+            order.append("runner events")
+
+    with transaction.atomic():
+        first = in_thread(request)
+        wait_until(lambda: lock.waiting == 1)
+        second = in_thread(batch)
+        wait_until(lambda: lock.waiting == 2)
+    first.join(WAIT_S)
+    second.join(WAIT_S)
+    assert order == ["runner events", "request"]
+    assert not lock.locked()
+
+
+def test_a_rollback_inside_a_block_writing_ahead_keeps_the_lock_until_the_block_ends() -> None:
+    lock = this_lock()
+    with writing_ahead():
+        with pytest.raises(RuntimeError), transaction.atomic():
+            raise RuntimeError("roll back")
+        assert lock.locked()
+        with transaction.atomic():  # the same lock, not taken twice (it would deadlock)
+            Agent.objects.count()
+    assert not lock.locked()
