@@ -480,6 +480,7 @@ def test_a_call_waiting_ahead_has_the_gates_deadline_too() -> None:
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.django_db  # the call closes stale connections of the thread, as Channels' calls do
 def test_run_ahead_of_requests_runs_before_the_waiting_request_calls() -> None:
     import asyncio
 
@@ -515,6 +516,7 @@ def test_run_ahead_of_requests_runs_before_the_waiting_request_calls() -> None:
 
 
 @pytest.mark.timeout(30)
+@pytest.mark.django_db
 def test_a_call_ahead_cancelled_while_it_waits_gives_the_place_it_gets_back() -> None:
     import asyncio
 
