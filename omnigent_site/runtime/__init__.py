@@ -46,7 +46,8 @@ breaks a test, not production.
   runs real servers both ways.
 - ``sqlite3``: Django's SQLite backend (the ``ENGINE`` on SQLite) with write
   transactions queued on a lock in the process instead of sleeping in SQLite's busy
-  handler (guards: ``tests/unit/test_sqlite_write_lock.py``).
+  handler, handed over in order, first to a thread inside
+  ``write_priority.writing_ahead`` (guards: ``tests/unit/test_sqlite_write_lock.py``).
 
 Apps never import these internals except through the small surface below and
 ``flow``/``shutdown`` (the stream uses them).
