@@ -440,29 +440,32 @@ class Starts:
         return run
 
 
-def test_a_call_entered_ahead_starts_before_the_waiting_calls_and_is_never_lent() -> None:
+def the_writer_waiting_behind(running: str) -> tuple[RunningGate, Starts]:
+    """A gate of one place held by ``running``, a request waiting, then the event writer
+    entered ahead (slow_s 50 ms)."""
     gate = RunningGate(limit=1, wait_s=60.0, slow_s=0.05)
     starts = Starts()
-    gate.enter(starts.start("request A"))
-    gate.enter(starts.start("request B"))
+    gate.enter(starts.start(running))
+    gate.enter(starts.start("request"))
     gate.enter(starts.start("runner events"), ahead=True)
+    return gate, starts
+
+
+def test_a_call_entered_ahead_starts_before_the_waiting_calls_and_is_never_lent() -> None:
+    gate, starts = the_writer_waiting_behind("request A")
     gate.leave(starts.places["request A"])
     assert starts.order == ["request A", "runner events"]
     # Held far past slow_s, the writer's place is not lent to the waiting request.
     time.sleep(0.3)  # a negative: six times slow_s, the watchdog would have lent it
     assert starts.order == ["request A", "runner events"] and gate.lent == 0
     gate.leave(starts.places["runner events"])
-    assert starts.order == ["request A", "runner events", "request B"]
-    gate.leave(starts.places["request B"])
+    assert starts.order == ["request A", "runner events", "request"]
+    gate.leave(starts.places["request"])
     assert gate.waiting == 0
 
 
 def test_a_slow_request_lends_its_place_to_a_call_waiting_ahead_first() -> None:
-    gate = RunningGate(limit=1, wait_s=60.0, slow_s=0.05)
-    starts = Starts()
-    gate.enter(starts.start("slow request"))
-    gate.enter(starts.start("request"))
-    gate.enter(starts.start("runner events"), ahead=True)
+    gate, starts = the_writer_waiting_behind("slow request")
     assert starts.events["runner events"].wait(10)
     assert starts.order == ["slow request", "runner events"] and gate.lent == 1
     assert starts.places["runner events"] is not None
