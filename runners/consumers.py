@@ -79,6 +79,9 @@ log = logging.getLogger(__name__)
 
 TOKEN_HEADER = b"x-omnigent-runner-tunnel-token"
 
+# At most this many events per trip to the database thread: the writer keeps the SQLite
+# write lock for its whole batch (runtime/write_priority.py), so this bounds how long
+# requests wait for it (500 made streams under a burst wait up to twice as long).
 EVENT_BATCH = 100
 # How long a closing tunnel may take to store the events it already received.
 EVENT_DRAIN_TIMEOUT_S = 10.0
