@@ -511,7 +511,9 @@ def record_runner_events(
     is among ``events`` is marked by that event's own write instead.
 
     Each session's events in the batch are stored in one transaction, in arrival
-    order (``runner_events.record``); watchers get what the batch produced together.
+    order (``runner_events.record``), with the process's SQLite write lock taken ahead of
+    waiting writers and kept for the batch (``write_priority.writing_ahead``); watchers
+    get what the batch produced together, once the lock is let go.
     The publications are sent from this thread, before the tunnel consumer acknowledges
     the batch and takes the next one. Handing them to the consumer's event loop instead
     (``eventlog.collecting_publications``, as a message's ``POST`` does) was measured:
@@ -536,21 +538,12 @@ def _record_runs(
     runs: dict[str, list[tuple[int, Any]]] = {}
     for session_id, seq, event in events:
         runs.setdefault(session_id, []).append((seq, event))
-    out = {}
-    import time as _t
-
-    for session_id, run in runs.items():
-        _a = _t.monotonic()
-        out[session_id] = runner_events.record(
+    return {
+        session_id: runner_events.record(
             runner_id=runner_id, session_id=session_id, events=run, unit=unit
         )
-        _w = _t.monotonic() - _a
-        if _w > 0.03:
-            with open("/tmp/rec.log", "a") as f:
-                f.write(
-                    f"{_a:.3f} rec={_w:.3f} n={len(run)} {[type(e).__name__ for _, e in run]}\n"
-                )
-    return out
+        for session_id, run in runs.items()
+    }
 
 
 # --- binding ----------------------------------------------------------------------

@@ -13,14 +13,14 @@ the same database file, and only then sends ``BEGIN``: a waiting thread wakes th
 moment the previous transaction commits or rolls back, and SQLite's busy handler is
 left to the rare writer in another process (``manage.py`` commands, a second
 server). The lock is released however the transaction ends: commit, rollback, or the
-connection closing.
+connection closing. Waiting is bounded by the database's ``timeout`` option, after
+which the same ``OperationalError`` as SQLite's ("database is locked") is raised.
 
 The lock is handed over in order (``WriteLock``), and a thread inside
 ``write_priority.writing_ahead`` (the tunnel's event writer) takes it ahead of every
 other waiting writer and keeps it until its block ends: a batch of runner events,
 one transaction per session, then waits once, not behind a request's transaction
-before each of its sessions. Waiting is bounded by the database's ``timeout`` option, after
-which the same ``OperationalError`` as SQLite's ("database is locked") is raised.
+before each of its sessions.
 
 The hooks are Django's: the SQLite backend's ``_start_transaction_under_autocommit``
 (how ``atomic()`` opens a transaction on SQLite) and ``_commit``/``_rollback``/``close``;
