@@ -4,40 +4,28 @@ does to the two peers what its name says, at the byte it was told."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from testing.chaos_proxy import ChaosProxy
+from tests.loopback import LoopbackServer
 
 pytestmark = pytest.mark.timeout(30)
 
 UPGRADE = b"GET /tunnel HTTP/1.1\r\nUpgrade: websocket\r\n\r\n"
 
 
-class Backend:
-    """A TCP server that records what it receives and lets the test send and close."""
+class Backend(LoopbackServer):
+    """Records what it receives and lets the test send and close."""
 
     def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.listener.getsockname()[1])
-        self.peers: list[socket.socket] = []
         self.received: list[bytes] = []
         self.ended: list[str] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                peer, _ = self.listener.accept()
-            except OSError:
-                return
-            self.peers.append(peer)
-            threading.Thread(target=self._read, args=(peer,), daemon=True).start()
-
-    def _read(self, peer: socket.socket) -> None:
+    def serve(self, peer: socket.socket) -> None:
         try:
             while data := peer.recv(65536):
                 self.received.append(data)
@@ -50,11 +38,6 @@ class Backend:
     def wait_peers(self, count: int) -> socket.socket:
         wait(lambda: len(self.peers) >= count)
         return self.peers[count - 1]
-
-    def close(self) -> None:
-        self.listener.close()
-        for peer in self.peers:
-            peer.close()
 
 
 def wait(check: object, deadline_s: float = 10.0) -> None:

@@ -6,34 +6,20 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from testing.link_proxy import LinkProxy
+from tests.loopback import LoopbackServer
 
 pytestmark = pytest.mark.timeout(30)
 
 
-class Echo:
-    """A TCP server on loopback that sends back every byte it receives."""
+class Echo(LoopbackServer):
+    """Sends back every byte it receives."""
 
-    def __init__(self) -> None:
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = int(self.listener.getsockname()[1])
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                peer, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._echo, args=(peer,), daemon=True).start()
-
-    @staticmethod
-    def _echo(peer: socket.socket) -> None:
+    def serve(self, peer: socket.socket) -> None:
         with peer, contextlib.suppress(ConnectionError):  # a cut resets it
             while data := peer.recv(65536):
                 peer.sendall(data)
