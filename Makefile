@@ -61,7 +61,9 @@ bench: bootstrap-dev
 	$(BIN)/python -m bench.throughput --scaling 1,2,3
 	$(BIN)/python -m bench.throughput --scaling 1,2,3 --throttles
 	$(BIN)/python -m bench.throughput --sessions 200 --rounds-only --modes stream --runs 3
+	$(BIN)/python -m bench.throughput --rounds-only --modes poll --runs 3
 	$(BIN)/python -m bench.throughput --rounds-only --modes poll --webhooks 5 --runs 3
+	$(BIN)/python -m bench.throughput --rounds-only --modes poll --webhooks 5 --webhook-worker --runs 3
 	$(BIN)/python -m bench.throttle_check
 	$(BIN)/python -m bench.runner_llm
 	$(BIN)/python -m bench.stream
@@ -76,6 +78,8 @@ bench: bootstrap-dev
 	$(BIN)/python -m bench.scale
 	$(BIN)/python -m bench.mcp
 	$(BIN)/python -m bench.webhooks
+	$(BIN)/python -m bench.webhooks --quick --worker
+	$(BIN)/python -m bench.webhooks --quick --worker --postgres
 	$(BIN)/python -m bench.files
 	$(BIN)/python -m bench.workspace
 	$(BIN)/python -m bench.search

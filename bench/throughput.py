@@ -68,7 +68,7 @@ import secrets
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +134,8 @@ class Stack:
     meters: list[TunnelMeter]
     log_dir: Path
     cross: bool = False
+    # ``--webhook-worker``: the ``manage.py deliverwebhooks`` process.
+    webhook_workers: list[Process] = field(default_factory=list)
 
     @property
     def server(self) -> Server:
@@ -156,6 +158,8 @@ class Stack:
         }
         if self.meters:
             pids["meter"] = [meter.pid for meter in self.meters]
+        if self.webhook_workers:
+            pids["webhook_worker"] = [worker.popen.pid for worker in self.webhook_workers]
         return pids
 
     def meter_report(self) -> dict[str, Any] | None:
@@ -195,6 +199,18 @@ def start_stack(stack: contextlib.ExitStack, tmp: Path, args: argparse.Namespace
         # Webhooks to a receiver on loopback (automation.md): every turn's events go out.
         env["OMNIGENT_WEBHOOK_ALLOW_HTTP"] = "1"
         env["OMNIGENT_WEBHOOK_ALLOW_PRIVATE"] = "1"
+        if args.webhook_worker:
+            # Deliveries from a process of their own (docs/automation.md); the servers
+            # wake it through the channel layer, or with SQLite's embedded layer it polls.
+            env["OMNIGENT_WEBHOOK_DELIVERY"] = "worker"
+            env["OMNIGENT_WEBHOOK_POLL_S"] = "0.2"
+    webhook_workers = []
+    if args.webhooks and args.webhook_worker:
+        worker = spawn(
+            "webhook-worker", [sys.executable, "manage.py", "deliverwebhooks"], env=env, log_dir=tmp
+        )
+        stack.callback(worker.stop)
+        webhook_workers.append(worker)
     servers = [
         start_daphne(stack, env=env, tmp=tmp, name=process_name("daphne", i, count))
         for i in range(count)
@@ -249,6 +265,7 @@ def start_stack(stack: contextlib.ExitStack, tmp: Path, args: argparse.Namespace
         meters=meters,
         log_dir=tmp,
         cross=args.cross,
+        webhook_workers=webhook_workers,
     )
 
 
@@ -1446,6 +1463,12 @@ def main() -> int:
         help="N webhooks subscribed to every event, to a receiver on loopback",
     )
     parser.add_argument(
+        "--webhook-worker",
+        action="store_true",
+        help="with --webhooks: deliveries sent by a manage.py deliverwebhooks process "
+        "(OMNIGENT_WEBHOOK_DELIVERY=worker), not the server processes",
+    )
+    parser.add_argument(
         "--throttles",
         action="store_true",
         help="the client rate limits on (at 1,000,000/min), so every request reads and "
@@ -1508,6 +1531,7 @@ def main() -> int:
         "event_loop": args.event_loop,
         "throttles": args.throttles,
         "webhooks": args.webhooks,
+        "webhook_worker": args.webhook_worker,
     }
     if args.scaling:
         result["scaling_servers"] = args.scaling

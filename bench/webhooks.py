@@ -10,8 +10,10 @@
    follow the server's schedule (5 s, 30 s, 2 min, …), so with the defaults the last
    events arrive at the 2-minute retry; ``--retry-s 1,2,5`` shortens it for a quick run.
 
-One daphne process on SQLite (``--postgres``: PostgreSQL) with the receiver allowed
-(``OMNIGENT_WEBHOOK_ALLOW_HTTP``/``_PRIVATE``). Every signature is verified with the
+One daphne process on SQLite (``--postgres``: PostgreSQL and Redis) with the receiver
+allowed (``OMNIGENT_WEBHOOK_ALLOW_HTTP``/``_PRIVATE``); with ``--worker`` the deliveries
+are sent by a ``manage.py deliverwebhooks`` process (``OMNIGENT_WEBHOOK_DELIVERY=worker``:
+woken through Redis, or on SQLite at its poll, ``OMNIGENT_WEBHOOK_POLL_S``). Every signature is verified with the
 ``standardwebhooks`` library.
 
 Run: ``.venv/bin/python -m bench.webhooks [--events 1000] [--down-s 60] [--quick]``.
@@ -43,7 +45,7 @@ from bench._common import (
     start_daphne,
 )
 from bench._stats import fmt, summary_ms
-from testing.processes import Server, wait_until
+from testing.processes import Server, spawn, wait_until
 from testing.webhook_receiver import WebhookReceiver
 
 RECEIVER_ENV = {"OMNIGENT_WEBHOOK_ALLOW_HTTP": "1", "OMNIGENT_WEBHOOK_ALLOW_PRIVATE": "1"}
@@ -148,6 +150,10 @@ def main() -> int:
     parser.add_argument("--down-events", type=int, default=100)
     parser.add_argument("--retry-s", default="", help="the server's retry delays, e.g. 1,2,5")
     parser.add_argument("--postgres", action="store_true", help="PostgreSQL instead of SQLite")
+    parser.add_argument(
+        "--worker", action="store_true", help="deliveries sent by a deliverwebhooks process"
+    )
+    parser.add_argument("--poll-s", default="", help="OMNIGENT_WEBHOOK_POLL_S, e.g. 0.2")
     parser.add_argument("--quick", action="store_true", help="200 events, 5 s down, 1,2,5 s")
     parser.add_argument("--keep", action="store_true", help="keep the logs")
     parser.add_argument("--debug", action="store_true", help="DJANGO_DEBUG=1")
@@ -161,11 +167,22 @@ def main() -> int:
         extra = dict(RECEIVER_ENV)
         if args.retry_s:
             extra["OMNIGENT_WEBHOOK_RETRY_S"] = args.retry_s
+        if args.poll_s:
+            extra["OMNIGENT_WEBHOOK_POLL_S"] = args.poll_s
         if args.postgres:
             env = {**scale_out_env(stack, tmp, debug=args.debug), **extra}
         else:
             env = {**sqlite_env(tmp, debug=args.debug), **extra}
             migrate(env, tmp)
+        if args.worker:
+            env["OMNIGENT_WEBHOOK_DELIVERY"] = "worker"
+            worker = spawn(
+                "webhook-worker",
+                [sys.executable, "manage.py", "deliverwebhooks"],
+                env=env,
+                log_dir=tmp,
+            )
+            stack.callback(worker.stop)
         server = start_daphne(stack, env=env, tmp=tmp, name="daphne")
         receiver = stack.enter_context(WebhookReceiver())
         with server.client(USER) as client:
@@ -201,6 +218,7 @@ def main() -> int:
         final_json(
             {
                 "database": "postgresql" if args.postgres else "sqlite",
+                "delivered_by": "worker" if args.worker else "server",
                 "latency_phase": latency,
                 "outage_phase": outage,
             }

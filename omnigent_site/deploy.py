@@ -254,7 +254,8 @@ class SystemdOptions:
 def render_systemd(options: SystemdOptions) -> dict[str, str]:
     """The units, by file name: ``omnigent@.service`` (one server process per port,
     ``omnigent@8001``…), ``omnigent-migrate.service`` (run before them),
-    ``omnigent.target`` (all of this machine's processes) and
+    ``omnigent-webhooks.service`` (the webhook worker), ``omnigent.target`` (all of this
+    machine's processes) and
     ``omnigent-runner.service`` (a runner, its token from a credentials file)."""
     upstreams = [parse_address(value, what="--upstream") for value in options.upstreams]
     if not upstreams:
@@ -316,11 +317,43 @@ WorkingDirectory={options.app_dir}
 EnvironmentFile={options.env_file}
 ExecStart={python} manage.py migrate --noinput
 """
+    webhooks = f"""\
+# Sends webhook deliveries, so the server processes do not spend their CPU on it: set
+# OMNIGENT_WEBHOOK_DELIVERY=worker in the environment file (docs/automation.md). Any
+# number of machines may run one; each attempt is claimed by one of them.
+[Unit]
+Description=Omnigent webhook deliveries
+Wants=network-online.target
+After=network-online.target omnigent-migrate.service
+Requires=omnigent-migrate.service
+PartOf=omnigent.target
+
+[Service]
+Type=simple
+User={options.user}
+WorkingDirectory={options.app_dir}
+EnvironmentFile={options.env_file}
+Environment=PROMETHEUS_MULTIPROC_DIR=/var/lib/omnigent/metrics
+StateDirectory=omnigent omnigent/metrics
+ExecStart={python} manage.py deliverwebhooks
+# SIGTERM: the attempts in flight are recorded (up to a second); one cut short is sent
+# again once its claim expires.
+KillSignal=SIGTERM
+TimeoutStopSec=20
+Restart=on-failure
+RestartSec=1
+NoNewPrivileges=yes
+PrivateTmp=yes
+ProtectSystem=full
+
+[Install]
+WantedBy=omnigent.target
+"""
     target = f"""\
 # All Omnigent server processes of this machine: systemctl start omnigent.target
 [Unit]
 Description=Omnigent server processes
-Wants={instances}
+Wants={instances} omnigent-webhooks.service
 
 [Install]
 WantedBy=multi-user.target
@@ -356,6 +389,7 @@ WantedBy=multi-user.target
     return {
         "omnigent@.service": server,
         "omnigent-migrate.service": migrate,
+        "omnigent-webhooks.service": webhooks,
         "omnigent.target": target,
         "omnigent-runner.service": runner,
     }

@@ -41,6 +41,13 @@ def env_int(name: str, default: int) -> int:
     return int(env_float(name, default))
 
 
+def env_choice(name: str, choices: tuple[str, ...], default: str) -> str:
+    raw = os.environ.get(name, "").strip().lower() or default
+    if raw not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {', '.join(choices)}, got {raw!r}")
+    return raw
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     raw = os.environ.get(name)
     if raw is None:
@@ -452,6 +459,10 @@ OMNIGENT_WEBHOOK_DISABLE_AFTER = max(0, env_int("OMNIGENT_WEBHOOK_DISABLE_AFTER"
 OMNIGENT_WEBHOOK_POLL_S = max(0.05, env_float("OMNIGENT_WEBHOOK_POLL_S", 1.0))
 # Finished deliveries (and their events) are deleted after this many days.
 OMNIGENT_WEBHOOK_RETENTION_DAYS = max(0.0, env_float("OMNIGENT_WEBHOOK_RETENTION_DAYS", 7.0))
+# Who sends the deliveries: ``server`` (every server process) or ``worker`` (only
+# processes running ``manage.py deliverwebhooks``; the server processes then only
+# write the events).
+OMNIGENT_WEBHOOK_DELIVERY = env_choice("OMNIGENT_WEBHOOK_DELIVERY", ("server", "worker"), "server")
 # Attempts in flight per server process.
 OMNIGENT_WEBHOOK_CONCURRENCY = max(1, env_int("OMNIGENT_WEBHOOK_CONCURRENCY", 32))
 OMNIGENT_APPROVAL_SWEEP_S = env_float("OMNIGENT_APPROVAL_SWEEP_S", 5.0)

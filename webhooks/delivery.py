@@ -1,6 +1,8 @@
 """Sending webhook deliveries (automation.md, Delivered at least once).
 
-Every server process runs ``deliver_forever`` (registered with ``on_serve``). Each
+Every server process runs ``deliver_forever`` (registered with ``on_serve``), or with
+``OMNIGENT_WEBHOOK_DELIVERY=worker`` only the processes of ``manage.py deliverwebhooks``
+do (``deliver_as_worker``), so the server processes spend no CPU on sending. Each
 round it fans new outbox events out (``fanout``) and claims due deliveries:
 ``SELECT … FOR UPDATE SKIP LOCKED`` on PostgreSQL, so two processes never take the
 same row; on SQLite the write transaction serialises them (one worker). A claim counts
@@ -31,6 +33,7 @@ from datetime import datetime, timedelta
 
 import aiohttp
 from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F
@@ -41,7 +44,7 @@ from omnigent_site.rawsql import insert_values, update_rows
 from omnigent_site.users import is_admin
 from webhook_outbox.models import WebhookEvent
 
-from . import fanout, ssrf
+from . import fanout, ssrf, wakeup
 from .models import Delivery, DeliveryAttempt, Webhook
 from .shapes import event_body
 from .signing import signed_headers
@@ -557,20 +560,56 @@ class Worker:
 
 
 _worker: Worker | None = None
+_relay: wakeup.Relay | None = None
 _loop: asyncio.AbstractEventLoop | None = None
 
 
 def wake() -> None:
-    """Called after a commit that wrote an event (any thread): start a round soon (``Worker.wake_soon``)."""
-    worker, loop = _worker, _loop
-    if worker is not None and loop is not None and not loop.is_closed():
-        loop.call_soon_threadsafe(worker.wake_soon)
+    """Called after a commit that wrote an event (any thread): start a round soon
+    (``Worker.wake_soon``), or with ``OMNIGENT_WEBHOOK_DELIVERY=worker`` wake the
+    worker processes soon (``wakeup.Relay``)."""
+    target, loop = _relay or _worker, _loop
+    if target is not None and loop is not None and not loop.is_closed():
+        loop.call_soon_threadsafe(target.wake_soon)
 
 
 async def deliver_forever() -> None:
     """The process-wide loop (``on_serve``): rounds on every wake-up and every
-    ``OMNIGENT_WEBHOOK_POLL_S``, until cancelled."""
+    ``OMNIGENT_WEBHOOK_POLL_S``, until cancelled. With ``OMNIGENT_WEBHOOK_DELIVERY=worker``
+    the server process sends nothing and relays its wake-ups to the processes running
+    ``manage.py deliverwebhooks`` (``deliver_as_worker``)."""
+    if settings.OMNIGENT_WEBHOOK_DELIVERY == "worker":
+        await relay_wakeups(wakeup.Relay(get_channel_layer(), after_s=WAKE_AFTER_S))
+        return
     await serve(Worker(), poll_s=float(settings.OMNIGENT_WEBHOOK_POLL_S))
+
+
+async def relay_wakeups(relay: wakeup.Relay) -> None:
+    """Run ``relay`` as this process's (the one ``wake`` reaches)."""
+    global _relay, _loop
+    _relay, _loop = relay, asyncio.get_running_loop()
+    try:
+        await relay.run()
+    finally:
+        if _relay is relay:
+            _relay = None
+
+
+async def deliver_as_worker(worker: Worker, *, poll_s: float) -> None:
+    """A delivery worker process (``manage.py deliverwebhooks``): ``worker`` delivers,
+    woken by every server process through the channel layer and by its own poll (by
+    the poll alone with the embedded layer, which reaches no other process)."""
+    layer = get_channel_layer()
+    if not wakeup.reaches_other_processes(layer):
+        log.info("the channel layer is embedded: finding events every %g s", poll_s)
+        await serve(worker, poll_s=poll_s)
+        return
+    listening = asyncio.get_running_loop().create_task(wakeup.listen(layer, worker.wake_soon))
+    try:
+        await serve(worker, poll_s=poll_s)
+    finally:
+        listening.cancel()
+        await asyncio.gather(listening, return_exceptions=True)
 
 
 async def serve(worker: Worker, *, poll_s: float) -> None:

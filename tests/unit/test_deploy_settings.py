@@ -234,3 +234,21 @@ def test_the_shared_caches_follow_redis_url(tmp_path: Path) -> None:
             shared[alias]["OPTIONS"]["pool_class"]
             == "omnigent_site.runtime.redis_cache.ProcessConnectionPool"
         )
+
+
+def test_webhook_delivery_is_server_unless_set_and_refuses_other_values(tmp_path: Path) -> None:
+    names = ["OMNIGENT_WEBHOOK_DELIVERY"]
+    assert effective(tmp_path, names=names) == {"OMNIGENT_WEBHOOK_DELIVERY": "server"}
+    assert effective(tmp_path, names=names, OMNIGENT_WEBHOOK_DELIVERY=" Worker ") == {
+        "OMNIGENT_WEBHOOK_DELIVERY": "worker"
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=REPO,
+        env=production_env(tmp_path, OMNIGENT_WEBHOOK_DELIVERY="workers"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "OMNIGENT_WEBHOOK_DELIVERY must be one of server, worker, got 'workers'" in result.stderr

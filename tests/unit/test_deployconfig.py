@@ -88,12 +88,15 @@ def test_the_shipped_units_are_the_rendering_for_the_documented_addresses(
     assert "--port %i" in (tmp_path / "omnigent@.service").read_text()
     target = (tmp_path / "omnigent.target").read_text()
     assert "omnigent@8001.service omnigent@8002.service omnigent@8003.service" in target
+    assert "omnigent-webhooks.service" in target
+    assert "manage.py deliverwebhooks" in (tmp_path / "omnigent-webhooks.service").read_text()
 
 
 def test_the_procfile_starts_the_documented_launcher() -> None:
     lines = (DEPLOY / "Procfile").read_text().splitlines()
     assert "web: python -m omnigent_site.serve --host 0.0.0.0 --port $PORT" in lines
     assert "release: python manage.py migrate --noinput" in lines
+    assert "webhooks: python manage.py deliverwebhooks" in lines
 
 
 @pytest.mark.timeout(60)

@@ -256,6 +256,14 @@ class Command(BaseCommand):
             children.append(("server", server))
             self._wait_healthy(base_url, server, stop_requested)
             self.stdout.write(f"server: {base_url} (local single-user mode, user 'local')")
+            if settings.OMNIGENT_WEBHOOK_DELIVERY == "worker":
+                worker = start_child(
+                    [sys.executable, str(Path(settings.BASE_DIR) / "manage.py"), "deliverwebhooks"],
+                    env=env,
+                    quiet=stop_requested,
+                )
+                children.append(("webhook worker", worker))
+                self.stdout.write("webhooks: sent by a worker process (manage.py deliverwebhooks)")
             if not options["no_runner"]:
                 runner_env = {
                     **env,
