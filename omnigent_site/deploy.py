@@ -269,24 +269,29 @@ def render_systemd(options: SystemdOptions) -> dict[str, str]:
     host = hosts.pop()
     python = shlex.quote(options.python)
     instances = " ".join(f"omnigent@{port}.service" for _host, port in upstreams)
-    server = f"""\
-# One Omnigent server process per instance: omnigent@8001.service listens on port 8001.
-# Rendered by: python manage.py deployconfig systemd (docs/deployment.md).
-[Unit]
-Description=Omnigent server process on port %i
+    # The [Unit] lines and the start of [Service] of the long-running app processes.
+    after_migrate = """\
 Wants=network-online.target
 After=network-online.target omnigent-migrate.service
 Requires=omnigent-migrate.service
 PartOf=omnigent.target
-
-[Service]
+"""
+    app_process = f"""\
 Type=simple
 User={options.user}
 WorkingDirectory={options.app_dir}
 EnvironmentFile={options.env_file}
 # Every process of this machine writes its metrics here (GET /metrics sums them).
 Environment=PROMETHEUS_MULTIPROC_DIR=/var/lib/omnigent/metrics
-StateDirectory=omnigent omnigent/metrics
+StateDirectory=omnigent omnigent/metrics"""
+    server = f"""\
+# One Omnigent server process per instance: omnigent@8001.service listens on port 8001.
+# Rendered by: python manage.py deployconfig systemd (docs/deployment.md).
+[Unit]
+Description=Omnigent server process on port %i
+{after_migrate}
+[Service]
+{app_process}
 ExecStart={python} -m omnigent_site.serve --host {host} --port %i
 # SIGTERM: open streams get [DONE], requests in flight a moment to finish, runner
 # tunnels move to the other processes (a rolling restart: one instance at a time).
@@ -323,18 +328,9 @@ ExecStart={python} manage.py migrate --noinput
 # number of machines may run one; each attempt is claimed by one of them.
 [Unit]
 Description=Omnigent webhook deliveries
-Wants=network-online.target
-After=network-online.target omnigent-migrate.service
-Requires=omnigent-migrate.service
-PartOf=omnigent.target
-
+{after_migrate}
 [Service]
-Type=simple
-User={options.user}
-WorkingDirectory={options.app_dir}
-EnvironmentFile={options.env_file}
-Environment=PROMETHEUS_MULTIPROC_DIR=/var/lib/omnigent/metrics
-StateDirectory=omnigent omnigent/metrics
+{app_process}
 ExecStart={python} manage.py deliverwebhooks
 # SIGTERM: the attempts in flight are recorded (up to a second); one cut short is sent
 # again once its claim expires.

@@ -29,6 +29,7 @@ from testing.processes import (
     start_server,
     wait_until,
 )
+from testing.webhook_receiver import WebhookReceiver
 from tests.conftest import IN_CI, require_service
 
 pytestmark = pytest.mark.e2e
@@ -40,6 +41,13 @@ def _dump_logs(request: pytest.FixtureRequest, *processes: object) -> None:
         for process in processes:
             log = getattr(process, "log", lambda: "")()
             print(f"\n===== {getattr(process, 'name', '?')} log =====\n{log[-6000:]}")
+
+
+@pytest.fixture
+def receiver() -> Iterator[WebhookReceiver]:
+    """A webhook receiver on loopback (``testing/webhook_receiver.py``)."""
+    with WebhookReceiver() as running:
+        yield running
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

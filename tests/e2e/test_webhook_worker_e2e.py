@@ -11,11 +11,9 @@ program, the mock LLM and a real receiver on loopback.
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -40,27 +38,20 @@ from testing.processes import (
 )
 from testing.webhook_receiver import WebhookReceiver
 from tests.e2e.conftest import _dump_logs
+from tests.e2e.webhook_support import (
+    LOCAL_RECEIVERS,
+    assert_each_arrived_once,
+    create_webhook,
+    scale_out_env,
+    send_tests,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
-LOCAL_RECEIVERS = {"OMNIGENT_WEBHOOK_ALLOW_HTTP": "1", "OMNIGENT_WEBHOOK_ALLOW_PRIVATE": "1"}
-WORKER_MODE = {"OMNIGENT_WEBHOOK_DELIVERY": "worker", **LOCAL_RECEIVERS}
+WORKER = {"OMNIGENT_WEBHOOK_DELIVERY": "worker"}
 LISTENING = "listening on the channel layer's group webhook-workers"
 POLLING = "the channel layer is embedded: finding events every"
 EVENTS = 40
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    with WebhookReceiver() as running:
-        yield running
-
-
-def create_webhook(server: Server, url: str, events: list[str]) -> dict:
-    with server.client() as client:
-        response = client.post("/v1/webhooks", json={"url": url, "events": events})
-    assert response.status_code == 201, response.text
-    return dict(response.json())
 
 
 def start_worker(env: dict[str, str], log_dir: Path, name: str, *, ready: str) -> Process:
@@ -85,7 +76,7 @@ def test_a_worker_sends_what_the_server_process_writes(
     request: pytest.FixtureRequest,
 ) -> None:
     # The worker polls every 0.1 s (the embedded channel layer carries no wake-up).
-    server = launch_server(OMNIGENT_WEBHOOK_POLL_S="0.1", **WORKER_MODE)
+    server = launch_server(OMNIGENT_WEBHOOK_POLL_S="0.1", **WORKER, **LOCAL_RECEIVERS)
     runner = launch_runner(server)
     hook = create_webhook(server, receiver.url, ["turn.completed"])
     mock_llm.configure([{"text": "all done"}])
@@ -134,15 +125,8 @@ def test_workers_woken_through_redis_send_each_event_once(
     receiver: WebhookReceiver,
     request: pytest.FixtureRequest,
 ) -> None:
-    env = base_env(
-        DATABASE_URL=postgres_url,
-        REDIS_URL=redis_url,
-        OMNIGENT_CHANNEL_PREFIX=f"omnigent-e2e-{Path(tmp_path).name}",
-        OMNIGENT_DATA_DIR=str(tmp_path / "data"),
-        # A poll once a minute: what arrives within the test's deadlines was woken.
-        OMNIGENT_WEBHOOK_POLL_S="60",
-        **WORKER_MODE,
-    )
+    # A poll once a minute: what arrives within the test's deadlines was woken.
+    env = scale_out_env(tmp_path, postgres_url, redis_url, OMNIGENT_WEBHOOK_POLL_S="60", **WORKER)
     migrate(env, tmp_path)
     processes: list[Process] = []
     try:
@@ -152,22 +136,8 @@ def test_workers_woken_through_redis_send_each_event_once(
             start_worker(env, tmp_path, f"webhook-worker-{n}", ready=LISTENING) for n in "ab"
         ]
         hook = create_webhook(servers[0], receiver.url, ["webhook.test"])
-        sent = []
-        clients = [server.client() for server in servers]
-        try:
-            for number in range(EVENTS):
-                response = clients[number % 2].post(f"/v1/webhooks/{hook['id']}/test")
-                assert response.status_code == 202, response.text
-                sent.append(response.json()["event_id"])
-        finally:
-            for client in clients:
-                client.close()
-        receiver.wait_for(EVENTS, timeout=30)
-        arrived = Counter(json.loads(got.body)["id"] for got in receiver.requests)
-        assert set(arrived) == set(sent)
-        assert [event for event, count in arrived.items() if count > 1] == []
-        for got in receiver.requests:
-            Verifier(hook["secret"]).verify(got.body, got.headers)
+        sent = send_tests(servers, hook["id"], EVENTS)
+        assert_each_arrived_once(receiver, sent, hook["secret"], timeout=30)
     finally:
         _dump_logs(request, *processes)
         for process in reversed(processes):

@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
-from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,6 @@ from testing.mockllm import MockLLMServer
 from testing.processes import (
     Runner,
     Server,
-    base_env,
     bind,
     create_session,
     migrate,
@@ -38,24 +36,17 @@ from testing.processes import (
 )
 from testing.webhook_receiver import Received, WebhookReceiver
 from tests.e2e.conftest import _dump_logs
+from tests.e2e.webhook_support import (
+    LOCAL_RECEIVERS,
+    assert_each_arrived_once,
+    create_webhook,
+    scale_out_env,
+    send_tests,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 EVENTS = 40
-LOCAL_RECEIVERS = {"OMNIGENT_WEBHOOK_ALLOW_HTTP": "1", "OMNIGENT_WEBHOOK_ALLOW_PRIVATE": "1"}
-
-
-@pytest.fixture
-def receiver() -> Iterator[WebhookReceiver]:
-    with WebhookReceiver() as running:
-        yield running
-
-
-def create_webhook(server: Server, url: str, events: list[str]) -> dict:
-    with server.client() as client:
-        response = client.post("/v1/webhooks", json={"url": url, "events": events})
-    assert response.status_code == 201, response.text
-    return dict(response.json())
 
 
 def test_a_completed_turn_arrives_signed(
@@ -103,37 +94,16 @@ def test_two_processes_send_each_event_once(
     receiver: WebhookReceiver,
     request: pytest.FixtureRequest,
 ) -> None:
-    env = base_env(
-        DATABASE_URL=postgres_url,
-        REDIS_URL=redis_url,
-        OMNIGENT_CHANNEL_PREFIX=f"omnigent-e2e-{Path(tmp_path).name}",
-        OMNIGENT_DATA_DIR=str(tmp_path / "data"),
-        # Both processes look for work every 50 ms: they race for the same rows.
-        OMNIGENT_WEBHOOK_POLL_S="0.05",
-        **LOCAL_RECEIVERS,
-    )
+    # Both processes look for work every 50 ms: they race for the same rows.
+    env = scale_out_env(tmp_path, postgres_url, redis_url, OMNIGENT_WEBHOOK_POLL_S="0.05")
     migrate(env, tmp_path)
     servers: list[Server] = []
     try:
         servers.append(start_server(env=env, log_dir=tmp_path, name="daphne-a"))
         servers.append(start_server(env=env, log_dir=tmp_path, name="daphne-b"))
         hook = create_webhook(servers[0], receiver.url, ["webhook.test"])
-        sent = []
-        clients = [server.client() for server in servers]
-        try:
-            for number in range(EVENTS):
-                response = clients[number % 2].post(f"/v1/webhooks/{hook['id']}/test")
-                assert response.status_code == 202, response.text
-                sent.append(response.json()["event_id"])
-        finally:
-            for client in clients:
-                client.close()
-        receiver.wait_for(EVENTS, timeout=60)
-        arrived = Counter(json.loads(got.body)["id"] for got in receiver.requests)
-        assert set(arrived) == set(sent)
-        assert [event for event, count in arrived.items() if count > 1] == []
-        for got in receiver.requests:
-            Verifier(hook["secret"]).verify(got.body, got.headers)
+        sent = send_tests(servers, hook["id"], EVENTS)
+        assert_each_arrived_once(receiver, sent, hook["secret"], timeout=60)
     finally:
         _dump_logs(request, *(server.process for server in servers))
         for server in servers:

@@ -69,6 +69,20 @@ def effective(tmp_path: Path, *, names: list[str] = NAMES, **extra: str) -> dict
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def startup_error(tmp_path: Path, **extra: str) -> str:
+    """What Django printed as it refused to start with these settings."""
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        cwd=REPO,
+        env=production_env(tmp_path, **extra),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0, "Django started"
+    return result.stderr
+
+
 def test_check_deploy_is_clean_with_production_settings(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
@@ -196,16 +210,8 @@ def test_the_default_poll_rate_admits_a_client_polling_every_20_ms(tmp_path: Pat
 
 
 def test_a_malformed_poll_rate_stops_the_server(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
-        cwd=REPO,
-        env=production_env(tmp_path, OMNIGENT_THROTTLE_POLL_RATE="fast"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode != 0
-    assert "OMNIGENT_THROTTLE_POLL_RATE must look like 1200/min" in result.stderr
+    error = startup_error(tmp_path, OMNIGENT_THROTTLE_POLL_RATE="fast")
+    assert "OMNIGENT_THROTTLE_POLL_RATE must look like 1200/min" in error
 
 
 def test_the_shared_caches_follow_redis_url(tmp_path: Path) -> None:
@@ -242,13 +248,5 @@ def test_webhook_delivery_is_server_unless_set_and_refuses_other_values(tmp_path
     assert effective(tmp_path, names=names, OMNIGENT_WEBHOOK_DELIVERY=" Worker ") == {
         "OMNIGENT_WEBHOOK_DELIVERY": "worker"
     }
-    result = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
-        cwd=REPO,
-        env=production_env(tmp_path, OMNIGENT_WEBHOOK_DELIVERY="workers"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode != 0
-    assert "OMNIGENT_WEBHOOK_DELIVERY must be one of server, worker, got 'workers'" in result.stderr
+    error = startup_error(tmp_path, OMNIGENT_WEBHOOK_DELIVERY="workers")
+    assert "OMNIGENT_WEBHOOK_DELIVERY must be one of server, worker, got 'workers'" in error
