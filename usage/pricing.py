@@ -18,6 +18,8 @@ from typing import Any
 import yaml
 
 DEFAULT_PRICES_FILE = Path(__file__).with_name("default_prices.yaml")
+# Costs are integer nano-dollars: this many make one US dollar.
+NANO = 1_000_000_000
 RATE_KEYS = (
     "input_per_million",
     "output_per_million",

@@ -24,6 +24,7 @@ from django.db import connection, transaction
 from django.db.models import Model
 from django.utils import timezone
 
+from omnigent_site import metrics
 from omnigent_site.rawsql import quoted
 
 from .models import (
@@ -35,7 +36,7 @@ from .models import (
     UserBudget,
     UserBudgetRaise,
 )
-from .pricing import DEFAULT_PRICES_FILE, PriceCache, Rates, read_price_file
+from .pricing import DEFAULT_PRICES_FILE, NANO, PriceCache, Rates, read_price_file
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,9 @@ def record_calls(
     ]
     daily_rows: list[list[Any]] = [[user, d, m, agent_name, *n] for (d, m), n in by_day.items()]
     monthly_rows: list[list[Any]] = [[user, d, m, agent_name, *n] for (d, m), n in by_month.items()]
+    # omnigent_llm_tokens_total / omnigent_llm_cost_usd_total, once the calls are stored.
+    counted = [(model, n[0], n[1], n[7]) for (_month, model), n in by_month.items()]
+    transaction.on_commit(lambda: _count_calls(counted))
     shape = (len(calls), len(by_day), len(by_month))
     params: list[Any] = [
         value for rows in (session_rows, daily_rows, monthly_rows) for row in rows for value in row
@@ -207,6 +211,16 @@ def record_calls(
             strict=True,
         ):
             cursor.execute(sql, [value for row in rows for value in row])
+
+
+def _count_calls(counted: list[tuple[str, int, int, int]]) -> None:
+    for model, input_tokens, output_tokens, cost_nano in counted:
+        metrics.llm_usage(
+            model=model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_usd=cost_nano / NANO,
+        )
 
 
 # The stored columns of ``LlmCall`` (its id is generated), in the order ``record_calls``

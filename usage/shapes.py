@@ -8,9 +8,8 @@ from typing import Any, NotRequired
 
 from typing_extensions import TypedDict
 
+from .pricing import NANO
 from .services import SUM_FIELDS, TOKEN_FIELDS, CallUsage
-
-NANO = 1_000_000_000
 
 
 def usd(cost_nano: int) -> float:

@@ -107,3 +107,45 @@ def test_a_database_outage_is_a_503_not_a_500() -> None:
     assert "database" in response.data["error"]["message"]
     assert response["Retry-After"] == "5"
     assert metrics.BACKEND_ERRORS.labels(backend="database")._value.get() == before + 1
+
+
+@override_settings(OMNIGENT_METRICS=True, OMNIGENT_METRICS_TOKEN="")
+def test_llm_calls_are_counted_once_stored(
+    create_session, django_capture_on_commit_callbacks
+) -> None:
+    from omnigent_site.users import get_or_create_user
+    from usage import services as usage_services
+
+    usage_services.prices.clear()
+    session_id = create_session(ALICE)
+    alice = get_or_create_user(ALICE)
+    text = APIClient().get("/metrics").content.decode()
+    before = {
+        kind: sample(text, "omnigent_llm_tokens_total", model="gpt-4o", kind=kind)
+        for kind in ("input", "output")
+    }
+    cost_before = sample(text, "omnigent_llm_cost_usd_total", model="gpt-4o")
+    calls = [
+        usage_services.price_call(
+            response_id="resp_1",
+            usage=usage_services.CallUsage(model="gpt-4o", input_tokens=1000, output_tokens=200),
+        ),
+        usage_services.price_call(
+            response_id="resp_1",
+            usage=usage_services.CallUsage(model="gpt-4o", input_tokens=3000, output_tokens=50),
+        ),
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        usage_services.record_calls(
+            session_id=session_id, user_id=alice.pk, agent_name="file-helper", calls=calls
+        )
+    text = APIClient().get("/metrics").content.decode()
+    assert sample(text, "omnigent_llm_tokens_total", model="gpt-4o", kind="input") == (
+        before["input"] + 4000
+    )
+    assert sample(text, "omnigent_llm_tokens_total", model="gpt-4o", kind="output") == (
+        before["output"] + 250
+    )
+    # 4,000 input tokens at $2.50 and 250 output tokens at $10 per million.
+    cost = sample(text, "omnigent_llm_cost_usd_total", model="gpt-4o") - cost_before
+    assert cost == pytest.approx(0.0125)
