@@ -1,5 +1,6 @@
 from django.apps import AppConfig
 
+from omnigent_site import metrics
 from omnigent_site.runtime import on_serve
 
 
@@ -10,10 +11,13 @@ class WebhooksConfig(AppConfig):
 
     def ready(self) -> None:
         # Every server process delivers (a claim decides which one sends each attempt),
-        # woken by the outbox after each commit that wrote an event, or by its poll.
+        # woken by the outbox after each commit that wrote an event, or by its poll; or
+        # with OMNIGENT_WEBHOOK_DELIVERY=worker it wakes the worker processes.
         from webhook_outbox.events import on_enqueued
 
         from . import delivery
+        from .metrics import WebhookBacklog
 
         on_enqueued(delivery.wake)
         on_serve(delivery.deliver_forever)
+        metrics.on_scrape(WebhookBacklog())
