@@ -29,6 +29,7 @@ WAKE = {"type": "webhooks.wake"}
 GROUP_REFRESH_S = 3600.0
 # After a failed receive (Redis restarting), the listener tries again this much later.
 RETRY_S = 1.0
+LEAVE_DEADLINE_S = 2.0
 
 
 def reaches_other_processes(layer: Any) -> bool:
@@ -90,7 +91,9 @@ async def listen(
     finally:
         refresh.cancel()
         try:
-            await asyncio.shield(layer.group_discard(GROUP, channel))
+            # Bounded: a stop must not wait for a Redis that is gone (the membership
+            # then lapses with the group's expiry).
+            await asyncio.wait_for(layer.group_discard(GROUP, channel), LEAVE_DEADLINE_S)
         except Exception:
             log.debug("could not leave %s", GROUP, exc_info=True)
 

@@ -148,6 +148,48 @@ async def test_a_worker_on_the_embedded_layer_only_polls(
         await asyncio.gather(task, return_exceptions=True)
 
 
+class FlakyLayer:
+    """A channel layer whose first receive fails, as while Redis restarts, and whose
+    ``group_discard`` never answers, as when it is gone."""
+
+    def __init__(self) -> None:
+        self.receives = 0
+        self.joined: list[str] = []
+
+    async def new_channel(self) -> str:
+        return "worker!1"
+
+    async def group_add(self, group: str, channel: str) -> None:
+        self.joined.append(group)
+
+    async def group_discard(self, group: str, channel: str) -> None:
+        await asyncio.Event().wait()
+
+    async def receive(self, channel: str) -> dict[str, str]:
+        self.receives += 1
+        if self.receives == 1:
+            raise ConnectionError("Redis is restarting")
+        if self.receives == 2:
+            return dict(wakeup.WAKE)
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_a_listener_survives_a_failed_receive_and_stops_within_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(wakeup, "RETRY_S", 0.01)
+    monkeypatch.setattr(wakeup, "LEAVE_DEADLINE_S", 0.05)
+    layer, woken = FlakyLayer(), asyncio.Event()
+    listening = asyncio.create_task(wakeup.listen(layer, woken.set))
+    await asyncio.wait_for(woken.wait(), 10)
+    assert layer.joined == [wakeup.GROUP] and layer.receives >= 2
+    listening.cancel()
+    # The group_discard that never answers is given up after its deadline.
+    done, _ = await asyncio.wait({listening}, timeout=10)
+    assert done == {listening}
+
+
 def test_the_worker_command_refuses_an_unknown_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OMNIGENT_EVENT_LOOP", "twisted")
     with pytest.raises(CommandError, match="OMNIGENT_EVENT_LOOP must be one of"):
