@@ -4,6 +4,8 @@ program, the mock LLM and a real receiver on loopback.
 
 - SQLite: the server process writes a turn's event and sends nothing, however long it
   idles; a worker started afterwards sends it, signed, and stops cleanly on SIGTERM.
+- A worker restarted (SIGTERM) while its attempt is at the receiver: the next worker
+  sends the event again once the claim expires, with the same id.
 - PostgreSQL + Redis: two workers that poll only once a minute are woken through the
   channel layer by two server processes; every event arrives within seconds, once.
 - ``runlocal`` starts a worker when the setting asks for one.
@@ -11,8 +13,10 @@ program, the mock LLM and a real receiver on loopback.
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -36,7 +40,7 @@ from testing.processes import (
     wait_turn,
     wait_until,
 )
-from testing.webhook_receiver import WebhookReceiver
+from testing.webhook_receiver import Received, WebhookReceiver
 from tests.e2e.conftest import _dump_logs
 from tests.e2e.webhook_support import (
     LOCAL_RECEIVERS,
@@ -114,6 +118,57 @@ def test_a_worker_sends_what_the_server_process_writes(
         _dump_logs(request, worker)
     assert code == 0, worker.log()[-2000:]
     assert "stopped delivering webhooks" in worker.log()
+
+
+def test_a_worker_restarted_mid_delivery_is_followed_by_one_that_sends_again(
+    launch_server: Callable[..., Server],
+    receiver: WebhookReceiver,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """SIGTERM while an attempt is at the receiver: the worker waits a second for it,
+    exits 0 without an outcome, and its successor sends the event again once the claim
+    expires (a 2 s timeout makes the lease 11 s; the test idles past it)."""
+    server = launch_server(
+        OMNIGENT_WEBHOOK_TIMEOUT_S="2", OMNIGENT_WEBHOOK_POLL_S="0.1", **WORKER, **LOCAL_RECEIVERS
+    )
+    hook = create_webhook(server, receiver.url, ["webhook.test"])
+    first_arrived, release = threading.Event(), threading.Event()
+
+    def hold_the_first(got: Received) -> int:
+        if not first_arrived.is_set():
+            first_arrived.set()
+            release.wait(60)
+        return 200
+
+    receiver.answer = hold_the_first
+    [event_id] = send_tests([server], hook["id"], 1)
+    workers = [start_worker(server.env, tmp_path, "webhook-worker-1", ready=POLLING)]
+    try:
+        assert first_arrived.wait(30), "the first attempt never reached the receiver"
+        assert workers[0].stop(sig=signal.SIGTERM, timeout=30) == 0, workers[0].log()[-2000:]
+        release.set()
+        workers.append(start_worker(server.env, tmp_path, "webhook-worker-2", ready=POLLING))
+        arrived = receiver.wait_for(2, timeout=60)
+        assert [json.loads(got.body)["id"] for got in arrived] == [event_id, event_id]
+        for got in arrived:
+            Verifier(hook["secret"]).verify(got.body, got.headers)
+
+        def settled() -> list[tuple[str, str, int]]:
+            with server.client() as client:
+                rows = client.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["data"]
+            return [(row["event_id"], row["status"], row["attempts"]) for row in rows]
+
+        wait_until(
+            lambda: settled() == [(event_id, "delivered", 2)],
+            deadline_s=30,
+            what="the delivery to be recorded as delivered after two attempts",
+        )
+    finally:
+        release.set()
+        for worker in workers:
+            worker.stop()
+        _dump_logs(request, *workers)
 
 
 @pytest.mark.postgres
