@@ -13,10 +13,8 @@ program, the mock LLM and a real receiver on loopback.
 
 from __future__ import annotations
 
-import json
 import signal
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -40,11 +38,13 @@ from testing.processes import (
     wait_turn,
     wait_until,
 )
-from testing.webhook_receiver import Received, WebhookReceiver
+from testing.webhook_receiver import WebhookReceiver
 from tests.e2e.conftest import _dump_logs
 from tests.e2e.webhook_support import (
     LOCAL_RECEIVERS,
+    FirstRequestHeld,
     assert_each_arrived_once,
+    assert_sent_again_then_delivered,
     create_webhook,
     scale_out_env,
     send_tests,
@@ -133,39 +133,17 @@ def test_a_worker_restarted_mid_delivery_is_followed_by_one_that_sends_again(
         OMNIGENT_WEBHOOK_TIMEOUT_S="2", OMNIGENT_WEBHOOK_POLL_S="0.1", **WORKER, **LOCAL_RECEIVERS
     )
     hook = create_webhook(server, receiver.url, ["webhook.test"])
-    first_arrived, release = threading.Event(), threading.Event()
-
-    def hold_the_first(got: Received) -> int:
-        if not first_arrived.is_set():
-            first_arrived.set()
-            release.wait(60)
-        return 200
-
-    receiver.answer = hold_the_first
+    held = FirstRequestHeld(receiver)
     [event_id] = send_tests([server], hook["id"], 1)
     workers = [start_worker(server.env, tmp_path, "webhook-worker-1", ready=POLLING)]
     try:
-        assert first_arrived.wait(30), "the first attempt never reached the receiver"
+        held.wait_arrived()
         assert workers[0].stop(sig=signal.SIGTERM, timeout=30) == 0, workers[0].log()[-2000:]
-        release.set()
+        held.release()
         workers.append(start_worker(server.env, tmp_path, "webhook-worker-2", ready=POLLING))
-        arrived = receiver.wait_for(2, timeout=60)
-        assert [json.loads(got.body)["id"] for got in arrived] == [event_id, event_id]
-        for got in arrived:
-            Verifier(hook["secret"]).verify(got.body, got.headers)
-
-        def settled() -> list[tuple[str, str, int]]:
-            with server.client() as client:
-                rows = client.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["data"]
-            return [(row["event_id"], row["status"], row["attempts"]) for row in rows]
-
-        wait_until(
-            lambda: settled() == [(event_id, "delivered", 2)],
-            deadline_s=30,
-            what="the delivery to be recorded as delivered after two attempts",
-        )
+        assert_sent_again_then_delivered(server, receiver, hook, event_id)
     finally:
-        release.set()
+        held.release()
         for worker in workers:
             worker.stop()
         _dump_logs(request, *workers)

@@ -12,9 +12,7 @@ the mock LLM and a real receiver on loopback.
 
 from __future__ import annotations
 
-import json
 import signal
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,11 +32,13 @@ from testing.processes import (
     wait_turn,
     wait_until,
 )
-from testing.webhook_receiver import Received, WebhookReceiver
+from testing.webhook_receiver import WebhookReceiver
 from tests.e2e.conftest import _dump_logs
 from tests.e2e.webhook_support import (
     LOCAL_RECEIVERS,
+    FirstRequestHeld,
     assert_each_arrived_once,
+    assert_sent_again_then_delivered,
     create_webhook,
     scale_out_env,
     send_tests,
@@ -122,39 +122,13 @@ def test_a_server_killed_mid_delivery_is_followed_by_one_that_sends_again(
         OMNIGENT_WEBHOOK_TIMEOUT_S="2", OMNIGENT_WEBHOOK_POLL_S="0.05", **LOCAL_RECEIVERS
     )
     hook = create_webhook(server, receiver.url, ["webhook.test"])
-    first_arrived, release = threading.Event(), threading.Event()
-
-    def hold_the_first(got: Received) -> int:
-        if not first_arrived.is_set():
-            first_arrived.set()
-            release.wait(60)  # the sender dies while this request is open
-        return 200
-
-    receiver.answer = hold_the_first
-    with server.client() as client:
-        sent = client.post(f"/v1/webhooks/{hook['id']}/test")
-    assert sent.status_code == 202, sent.text
-    event_id = sent.json()["event_id"]
-    assert first_arrived.wait(30), "the first attempt never reached the receiver"
+    held = FirstRequestHeld(receiver)
+    [event_id] = send_tests([server], hook["id"], 1)
+    held.wait_arrived()
     restarted = restart_on_same_port(server, tmp_path, "daphne-restarted", sig=signal.SIGKILL)
     try:
-        release.set()
-        arrived = receiver.wait_for(2, timeout=60)
-        assert [json.loads(got.body)["id"] for got in arrived] == [event_id, event_id]
-        assert arrived[0].headers["webhook-id"] == arrived[1].headers["webhook-id"]
-        for got in arrived:
-            Verifier(hook["secret"]).verify(got.body, got.headers)
-
-        def settled() -> list[tuple[str, str, int]]:
-            with restarted.client() as client:
-                rows = client.get(f"/v1/webhooks/{hook['id']}/deliveries").json()["data"]
-            return [(row["event_id"], row["status"], row["attempts"]) for row in rows]
-
-        wait_until(
-            lambda: settled() == [(event_id, "delivered", 2)],
-            deadline_s=30,
-            what="the delivery to be recorded as delivered after two attempts",
-        )
+        held.release()
+        assert_sent_again_then_delivered(restarted, receiver, hook, event_id)
     finally:
         _dump_logs(request, restarted.process)
         restarted.process.stop()
